@@ -43,7 +43,7 @@ from muster.api.model import WorkloadKey
 from muster.core.events import Event, EventType
 from muster.core.lifecycle import assignment_of
 from muster.core.quota import FlavorResource
-from muster.core.reclaim import reclaimable_of, reclaimed_usage
+from muster.core.reclaim import NONE, reclaimable_of, reclaimed_usage, requested_usage
 from muster.core.records import local_queue_of
 
 # Workloads adopted between two of `taking_ownership`'s steps: a few ms of work each.
@@ -179,8 +179,20 @@ class AdmissionState(FactApplication):
             return
         wl = entry.workload
         local_queue = local_queue_of(wl.meta.namespace, entry.routed_queue or wl.queue_name)
-        config = fair.admission_fair_sharing
-        book.start(key, local_queue, self._held(entry), at_s=entry.reserved_s, config=config)
+        assert entry.admission is not None
+        book.start(
+            key,
+            local_queue,
+            self._held(entry),
+            at_s=entry.reserved_s,
+            config=fair.admission_fair_sharing,
+            penalized=self.engine.state.config.usage_based(entry.admission.cluster_queue),
+            requested=requested_usage(
+                assignment_of(entry.admission).pod_sets,
+                entry.workload.pod_sets,
+                self._reclaimable(entry),
+            ),
+        )
 
     def _run_resized(self, key: WorkloadKey, *, at_s: float) -> None:
         """Pods given back (or taken back) change what `key`'s run holds from the fact's time,
@@ -199,11 +211,17 @@ class AdmissionState(FactApplication):
         `WorkloadRecord.usage`), so the usage a rebuild replays is the live one's."""
         assert entry.admission is not None
         assignment = assignment_of(entry.admission)
+        reclaimable = self._reclaimable(entry)
+        if not reclaimable:
+            return assignment.usage
+        return reclaimed_usage(assignment.pod_sets, entry.workload.pod_sets, reclaimable)
+
+    def _reclaimable(self, entry: Entry) -> Mapping[str, int]:
+        """`entry`'s reclaimable pods as the engine counts them (none without the gate)."""
         told = entry.reclaimable_pods
         if not told or not self.engine.state.config.kueue.reclaimable_pods:
-            return assignment.usage
-        reclaimable = reclaimable_of(told)
-        return reclaimed_usage(assignment.pod_sets, entry.workload.pod_sets, reclaimable)
+            return NONE
+        return reclaimable_of(told)
 
     def _run_stopped(self, key: WorkloadKey, *, at_s: float, retire: bool = False) -> None:
         """The fact that released `key`'s quota ends its run at the fact's time, before the

@@ -11,7 +11,8 @@ Workload controllers, the scheduler's entry penalty):
   a = 1 - 0.5^(elapsed / usageHalfLifeTime). A half-life of 0 forgets everything at once.
 - A2 entry penalty. A workload starting adds a·(its requests) at once, a priced over one
   usageSamplingInterval: the usage it will have added by the next sample. Kueue's scheduler
-  prices one only in a ClusterQueue that orders by usage (shouldApplyEntryPenalty).
+  prices one only in a ClusterQueue that orders by usage (shouldApplyEntryPenalty), on the
+  workload's full requests, however few pods a partial admission gave it (updateEntryPenalty).
 - A3 order. The usage of a LocalQueue is the sum over resources of weight·consumed (weight from
   `resourceWeights`, 1 if unlisted) divided by the LocalQueue's `spec.fairSharing.weight`
   (+inf if that is 0). Lower usage goes first, before priority and creation time.
@@ -295,10 +296,13 @@ class AdmissionUsage:
         at_s: float,
         config: AdmissionFairSharingConfig,
         penalized: bool = True,
+        requested: Mapping[FlavorResource, int] | None = None,
     ) -> None:
         """Workload `key` of `local_queue` holds `usage` from `at_s`: its run counts (A1) with
         its entry penalty (A2) when `penalized` (Kueue's scheduler prices one only in a
-        ClusterQueue that orders by usage). A workload already running keeps its first start."""
+        ClusterQueue that orders by usage), priced on `requested` (the workload's full
+        requests: a partial admission pays for every pod, as in Kueue; `usage` when None).
+        A workload already running keeps its first start."""
         if key in self.open:
             return
         owner = self.owners.get(key)
@@ -306,7 +310,8 @@ class AdmissionUsage:
             self.retire(key, config=config)  # moved to another LocalQueue (routed)
         requests = requests_of(usage)
         priced = penalized and config.usage_half_life_s > 0
-        penalty = entry_penalty(requests, config) if priced else {}
+        full = requests if requested is None else requests_of(requested)
+        penalty = entry_penalty(full, config) if priced else {}
         queue = self.queues.get(local_queue)
         if queue is None:
             queue = self.queues[local_queue] = QueueUsage()

@@ -9,7 +9,7 @@ Reads the quota tree and the records; every tentative change is undone before re
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from muster.api.model import Workload, WorkloadKey
@@ -32,11 +32,19 @@ class Attempts:
     """Computes attempts against the engine's configuration, usage and records."""
 
     def __init__(
-        self, config: Configuration, usage: Usage, records: Mapping[WorkloadKey, WorkloadRecord]
+        self,
+        config: Configuration,
+        usage: Usage,
+        records: Mapping[WorkloadKey, WorkloadRecord],
+        *,
+        queue_usage: Callable[[str, str], float | None] = lambda cq, lq: None,
+        clock: Callable[[], float] = lambda: 0.0,
     ):
         self.config = config
         self.usage = usage
         self.records = records
+        self.queue_usage = queue_usage  # preemption's candidate order (admission fair sharing)
+        self.clock = clock  # the instant those usages are for
         # Victims the oracle found for one (flavor, resource) and amount during the current
         # attempt: a one-resource workload asks for exactly those again.
         self._simulated: dict[tuple[FlavorResource, int], Victims | None] = {}
@@ -49,7 +57,14 @@ class Attempts:
         """Kueue's getInitialAssignments for head `r` of its ClusterQueue."""
         if not self.config.fair_sharing_enabled:
             return self._attempt(r)  # only the fair-sharing order asks twice
-        stamp = (self.usage.stamp(r.cluster_queue), r.cluster_queue, r.priority, r.queue_ts)
+        stamp: tuple[object, ...] = (
+            self.usage.stamp(r.cluster_queue),
+            r.cluster_queue,
+            r.priority,
+            r.queue_ts,
+        )
+        if self.config.kueue.admission_fair_sharing is not None:
+            stamp += (self.clock(),)  # LocalQueue usages, which order candidates, decay with time
         made = self._made.get(r.key)
         if made is not None and made[0] is r.wl and made[1] == stamp:
             return made[2]
@@ -160,4 +175,5 @@ class Attempts:
             holders=holders_of,
             fair_sharing=self.config.fair_sharing_strategies,
             borrowers=self.usage.borrowers_in(r.cluster_queue),
+            queue_usage=self.queue_usage,
         )

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from muster.api.model import (
     AdmissionCheck,
+    AdmissionMode,
     ApiObject,
     ClusterQueue,
     Cohort,
@@ -232,6 +233,17 @@ class Configuration:
 
     def best_effort(self, cq: str) -> bool:
         return self.cluster_queues[cq].queueing_strategy is QueueingStrategy.BEST_EFFORT_FIFO
+
+    def usage_based(self, cq: str) -> bool:
+        """Whether `cq` orders by its LocalQueues' usage (admission fair sharing configured,
+        `admissionScope.admissionMode: UsageBasedAdmissionFairSharing`), whatever its queueing
+        strategy (Kueue's ResourceWeights and shouldApplyEntryPenalty read only the mode)."""
+        queue = self.cluster_queues.get(cq)
+        return (
+            self.kueue.admission_fair_sharing is not None
+            and queue is not None
+            and queue.admission_mode is AdmissionMode.USAGE_BASED
+        )
 
     def limit_summary(self, local_queue: str, namespace: str) -> Summary | None:
         """The LimitRanges of `namespace` in the cluster of `local_queue` (as its Namespace),

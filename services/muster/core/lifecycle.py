@@ -44,6 +44,7 @@ from muster.core.preemption import Victims
 from muster.core.preemption_message import preemption_message
 from muster.core.queueing import Queueing
 from muster.core.quota import FlavorResource
+from muster.core.reclaim import requested_usage
 from muster.core.records import Phase, WorkloadRecord, local_queue_of
 from muster.core.requeue_state import backoff_end_s, count_after_eviction, later
 from muster.core.routing.control import RoutingControl, Take
@@ -99,7 +100,15 @@ class Lifecycle:
         state.usage.hold(r)
         book, fair = state.admission_usage, state.config.kueue.admission_fair_sharing
         if book is not None and fair is not None:
-            book.start(r.key, r.local_queue, r.usage, at_s=state.now_s, config=fair)
+            book.start(
+                r.key,
+                r.local_queue,
+                r.usage,
+                at_s=state.now_s,
+                config=fair,
+                penalized=state.config.usage_based(r.cluster_queue),
+                requested=requested_usage(a.pod_sets, r.wl.pod_sets, r.reclaimable),
+            )
         if self.routing is not None and announce:
             for group in self.routing.started(state, r):
                 self.queueing.retry(group)

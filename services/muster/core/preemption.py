@@ -3,7 +3,8 @@
 Kueue's rules: candidates within the ClusterQueue (`withinClusterQueue`), reclaimed from
 borrowing ClusterQueues of the cohort (`reclaimWithinCohort`), or taken while borrowing
 (`borrowWithinCohort` below a priority threshold); candidates are ordered (other queues
-first, lower priority first, most recently admitted first), removed one by one until the
+first, under admission fair sharing the busier LocalQueue first, lower priority first, most
+recently admitted first: `preemption_search.candidate_keys`), removed one by one until the
 workload fits, then every victim whose return would still let it fit is spared (fill-back).
 With fair sharing, victims come from the queues with the highest share (`preemption_fair`); in
 trees of nested Cohorts, Kueue's hierarchical candidate generator (`preemption_hierarchy`).
@@ -25,12 +26,12 @@ from muster.core.preemption_search import (
     QuotaHolder,
     TreeView,
     Victims,
-    candidate_order,
     fill_back,
     fits,
     remove,
     restore,
     satisfies,
+    sort_candidates,
     under_nominal,
     uses,
 )
@@ -95,7 +96,7 @@ def _find_candidates(
             found.extend(
                 c for c in tree.holders(name) if uses(c, req.short) and satisfies(reclaim, c, req)
             )
-    found.sort(key=lambda c: candidate_order(c, req.cluster_queue))
+    sort_candidates(found, req.cluster_queue, tree)
     return found
 
 

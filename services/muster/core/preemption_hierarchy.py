@@ -27,7 +27,7 @@ from muster.core.preemption_search import (
     QuotaHolder,
     TreeView,
     Victims,
-    candidate_order,
+    candidate_keys,
     fill_back,
     fits,
     remove,
@@ -74,9 +74,10 @@ def hierarchical_victims(req: PreemptionRequest, tree: TreeView) -> Victims | No
     advantaged, by_priority = _other_queues(req, tree, cq)
     # Kueue sorts each list alone and puts every already evicted candidate ahead of the rest.
     lists = (advantaged, by_priority, own)
+    keys = [candidate_keys((c.holder for c in found), cq.name, tree) for found in lists]
     ordered = sorted(
         ((rank, c) for rank, found in enumerate(lists) for c in found),
-        key=lambda rc: (not rc[1].holder.evicted, rc[0], candidate_order(rc[1].holder, cq.name)),
+        key=lambda rc: (not rc[1].holder.evicted, rc[0], keys[rc[0]](rc[1].holder)),
     )
     candidates = [c for _, c in ordered]
     for allow_borrowing in _tries(

@@ -24,6 +24,8 @@ class QuotaHolder(Protocol):
     @property
     def cluster_queue(self) -> str: ...
     @property
+    def local_queue(self) -> str: ...
+    @property
     def priority(self) -> int: ...
     @property
     def queue_ts(self) -> float: ...
@@ -56,6 +58,10 @@ class TreeView(msgspec.Struct, frozen=True, kw_only=True):
     # ClusterQueues of the tree over their subtree quota of something (a superset of those
     # borrowing what is needed): the only ones to reclaim from
     borrowers: Collection[str]
+    # (ClusterQueue, LocalQueue) -> the LocalQueue's admission fair sharing usage now, None when
+    # the ClusterQueue does not order by usage (Kueue's LocalQueueFSUsage, set in its snapshot
+    # only for usage-based ClusterQueues)
+    queue_usage: Callable[[str, str], float | None] = lambda cq, lq: None
 
 
 class Victims(msgspec.Struct, frozen=True, kw_only=True):
@@ -63,9 +69,49 @@ class Victims(msgspec.Struct, frozen=True, kw_only=True):
     reasons: Mapping[WorkloadKey, str]  # Kueue's preemption reason per victim
 
 
-def candidate_order(c: QuotaHolder, cq: str) -> tuple[bool, bool, int, float, int]:
-    # Already evicted first, other queues first, lower priority first, newest reservation first.
-    return (not c.evicted, c.cluster_queue == cq, c.priority, -c.reserved_at_s, -c.seq)
+CandidateKey = tuple[bool, bool, float, int, float, int]
+
+
+def candidate_order(c: QuotaHolder, cq: str, usage: float | None = None) -> CandidateKey:
+    """Kueue's CandidatesOrdering: already evicted first, other ClusterQueues first, then (under
+    admission fair sharing, `usage` of `c`'s LocalQueue) the LocalQueue with the higher usage
+    first, lower priority first, newest reservation first."""
+    fair = -usage if usage is not None else 0.0
+    return (not c.evicted, c.cluster_queue == cq, fair, c.priority, -c.reserved_at_s, -c.seq)
+
+
+def sort_candidates(found: list[QuotaHolder], cq: str, tree: TreeView) -> None:
+    """Sort `found` in Kueue's candidate order for a preemptor of `cq`."""
+    found.sort(key=candidate_keys(found, cq, tree, each_queue=tree.fair_sharing is not None))
+
+
+def candidate_keys(
+    found: Iterable[QuotaHolder], cq: str, tree: TreeView, *, each_queue: bool = False
+) -> Callable[[QuotaHolder], CandidateKey]:
+    """The `candidate_order` of each of `found`, sorted together for a preemptor of `cq`.
+
+    Kueue compares two candidates by their LocalQueues' usage only when both are of one
+    ClusterQueue that orders by usage (ordering.go, resourceUsagePreemptionEnabled): always so
+    among the preemptor's own; among other ClusterQueues' candidates when they are all of one,
+    or when the search takes them queue by queue (`each_queue`: fair sharing, which compares
+    the heads of two queues without usage). Differs from Kueue: with candidates of several
+    other ClusterQueues in one list Kueue's comparison is no order (usage inside one, priority
+    across), and its sort's outcome depends on the input's; muster leaves their usage out
+    and orders them by priority."""
+    others = {c.cluster_queue for c in found if c.cluster_queue != cq}
+    ranked = {cq} | others if each_queue or len(others) == 1 else {cq}
+    usages: dict[tuple[str, str], float | None] = {}
+
+    def key(c: QuotaHolder) -> CandidateKey:
+        usage = None
+        if c.cluster_queue in ranked:
+            at = (c.cluster_queue, c.local_queue)
+            if at not in usages:
+                usages[at] = tree.queue_usage(*at)
+            usage = usages[at]
+        return candidate_order(c, cq, usage)
+
+    return key
 
 
 def satisfies(policy: str, c: QuotaHolder, req: PreemptionRequest) -> bool:

@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from functools import partial
 
-from muster.api.model import AdmissionFairSharingConfig, AdmissionMode
-from muster.core.admission_fair_sharing import AdmissionUsage
 from muster.core.conditions import QUOTA_RESERVED, not_admitted
 from muster.core.events import EventType
 from muster.core.fairshare import ZERO, borrows_on, dominant_share, with_usage
@@ -20,6 +18,7 @@ from muster.core.flavors import Assignment
 from muster.core.preemption import Victims
 from muster.core.queues import (
     SET_ASIDE,
+    FairStrictGroup,
     ListedTrees,
     LocalUsage,
     Park,
@@ -77,20 +76,11 @@ class Queueing:
 
     def _local_usage(self, cq: str) -> LocalUsage | None:
         """How `cq` weighs its LocalQueues' usage now, if it orders by it (admission fair
-        sharing: configured, and `cq` a BestEffortFIFO queue asking for it)."""
+        sharing: configured, and `cq` asking for it, StrictFIFO or BestEffortFIFO)."""
         state = self.state
-        config = state.config
-        settings = config.kueue.admission_fair_sharing
-        book = state.admission_usage
-        queue = config.cluster_queues[cq]
-        if (
-            settings is None
-            or book is None
-            or queue.admission_mode is not AdmissionMode.USAGE_BASED
-            or not config.best_effort(cq)
-        ):
+        if state.admission_usage is None or not state.config.usage_based(cq):
             return None
-        return _LocalUsage(state, book, settings)
+        return _LocalUsage(state)
 
     def enqueue(self, r: WorkloadRecord) -> None:
         r.phase = Phase.PENDING
@@ -102,18 +92,22 @@ class Queueing:
             return
         r.cluster_queue = cq_name or ""
         cq = self.state.queues[r.cluster_queue]
-        shape = r.shape if config.best_effort(r.cluster_queue) else b""
+        strict = not config.best_effort(r.cluster_queue)
+        shape = b"" if strict else r.shape
         if self.routing is not None and self.routing.is_routed(r.key):
             shape = b"routed:" + r.shape  # never in one group with the queue's own workloads
         group = cq.groups.get(shape)
-        if group is None:
+        if group is None and strict and not shape and cq.local_usage is not None:
+            group = cq.groups[shape] = FairStrictGroup(cq, shape, cq.local_usage)
+        elif group is None:
             group = cq.groups[shape] = PendingGroup(cq, shape, r.local_queue if shape else "")
         elif group.shape == r.shape:
             r.shape = group.shape  # one copy of the bytes per group, not one per workload
         r.group = group
-        old_head = group.head()
+        parked = group.park is Park.PARKED
+        old_head = group.head() if parked else None
         group.push(r)
-        if group.park is Park.PARKED and (old_head is None or r.order_key >= old_head.order_key):
+        if parked and (old_head is None or group.head() is old_head):
             return  # behind a head that cannot be admitted: it cannot be either
         cq.list_group(group)
         self.list_queue(cq)
@@ -324,21 +318,13 @@ class Queueing:
 class _LocalUsage:
     """`LocalUsage` over the engine's clock and its `AdmissionUsage`."""
 
-    __slots__ = ("book", "settings", "state")
+    __slots__ = ("state",)
 
-    def __init__(
-        self, state: EngineState, book: AdmissionUsage, settings: AdmissionFairSharingConfig
-    ) -> None:
+    def __init__(self, state: EngineState) -> None:
         self.state = state
-        self.book = book
-        self.settings = settings
 
     def now_s(self) -> float:
         return self.state.now_s
 
     def usage(self, local_queue: str) -> float:
-        lq = self.state.config.local_queues.get(local_queue)
-        weight = lq.fair_sharing_weight if lq is not None else 1.0  # Kueue: missing, 1
-        return self.book.usage(
-            local_queue, now_s=self.state.now_s, config=self.settings, queue_weight=weight
-        )
+        return self.state.local_queue_usage(local_queue)

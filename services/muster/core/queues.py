@@ -2,9 +2,10 @@
 
 A ClusterQueue's pending workloads are split into *groups* that decide alike: same
 LocalQueue, priority and podsets (BestEffortFIFO), or one group for the whole queue
-(StrictFIFO, where the head blocks the rest). Only a group's head is ever evaluated. A group
-whose head cannot be admitted is *parked*: it leaves the queue's active set and is woken
-only when enough quota is released in its cohort tree (or the configuration changes).
+(StrictFIFO, where the head blocks the rest; under admission fair sharing a
+`FairStrictGroup`). Only a group's head is ever evaluated. A group whose head cannot be
+admitted is *parked*: it leaves the queue's active set and is woken only when enough quota is
+released in its cohort tree (or the configuration changes).
 """
 
 from __future__ import annotations
@@ -90,6 +91,51 @@ class PendingGroup:
 
     def pop_head(self) -> None:
         heapq.heappop(self.heap)
+
+
+class FairStrictGroup(PendingGroup):
+    """A StrictFIFO queue's one group under admission fair sharing: its head is the best of
+    its LocalQueues' heads by `fair_key` (usage, then priority and FIFO) at the time asked,
+    as Kueue's StrictFIFO heap sorts by the same queueOrderingFunc as a BestEffortFIFO one;
+    it blocks the rest as any StrictFIFO head does. A look costs one usage per LocalQueue
+    with workloads waiting (each cached by the book for the instant: `QueueUsage.last`)."""
+
+    __slots__ = ("by_local_queue", "fair", "head_local_queue")
+
+    def __init__(self, cq: QueueRuntime, shape: bytes, fair: LocalUsage) -> None:
+        super().__init__(cq, shape)
+        self.fair = fair
+        self.by_local_queue: dict[str, list[tuple[OrderKey, int, WorkloadRecord]]] = {}
+        self.head_local_queue = ""  # of the last head given: `pop_head` takes it
+
+    def push(self, r: WorkloadRecord) -> None:
+        r.queue_token += 1
+        heap = self.by_local_queue.setdefault(r.local_queue, [])
+        heapq.heappush(heap, (r.order_key, r.queue_token, r))
+
+    def head(self) -> WorkloadRecord | None:
+        best: tuple[tuple[float, OrderKey], str, WorkloadRecord] | None = None
+        for name in list(self.by_local_queue):
+            heap = self.by_local_queue[name]
+            while heap:
+                _, token, r = heap[0]
+                if r.queue_token == token and r.group is self and r.is_queued:
+                    break
+                heapq.heappop(heap)
+            if not heap:
+                del self.by_local_queue[name]
+                continue
+            r = heap[0][2]
+            key = fair_key(self.fair.usage(name), r.order_key)
+            if best is None or key < best[0]:
+                best = (key, name, r)
+        if best is None:
+            return None
+        self.head_local_queue = best[1]
+        return best[2]
+
+    def pop_head(self) -> None:
+        heapq.heappop(self.by_local_queue[self.head_local_queue])
 
 
 GroupEntry = tuple[OrderKey, int, bytes, PendingGroup]

@@ -49,6 +49,29 @@ def reclaimed_usage(
     reclaimable: Mapping[str, int],
 ) -> dict[FlavorResource, int]:
     """What an admission holds once `reclaimable` pods are given back."""
+    return _scaled_usage(assigned, pod_sets, reclaimable, up=False)
+
+
+def requested_usage(
+    assigned: Sequence[PodSetAssignment],
+    pod_sets: Sequence[PodSet],
+    reclaimable: Mapping[str, int],
+) -> dict[FlavorResource, int]:
+    """What the workload requests in full in the flavors of `assigned`: each podset's pods
+    still needed (after `reclaimable`), also where a partial admission gave it fewer (Kueue's
+    totalRequestsFromPodSets, which the entry penalty is priced on)."""
+    return _scaled_usage(assigned, pod_sets, reclaimable, up=True)
+
+
+def _scaled_usage(
+    assigned: Sequence[PodSetAssignment],
+    pod_sets: Sequence[PodSet],
+    reclaimable: Mapping[str, int],
+    *,
+    up: bool,
+) -> dict[FlavorResource, int]:
+    """`assigned`'s usage with each podset at its count after reclaim: only lower (`up`
+    False: a podset admitted with fewer pods keeps its usage) or either way (`up`)."""
     left = dict(
         zip((ps.name for ps in pod_sets), counts_after_reclaim(pod_sets, reclaimable), strict=True)
     )
@@ -56,7 +79,7 @@ def reclaimed_usage(
     for psa in assigned:
         count = left.get(psa.name, psa.count)
         for resource, amount in psa.resource_usage.items():
-            if count < psa.count:
+            if count < psa.count or (up and count > psa.count and psa.count > 0):
                 amount = amount // psa.count * count
             fr = (psa.flavors.get(resource, ""), resource)
             usage[fr] = usage.get(fr, 0) + amount

@@ -66,8 +66,29 @@ class EngineState:
         self.reserving = False  # once a preemptor has held quota (services), reservations count
         # While a preemptor takes what its victims free at once: what they freed, per resource.
         self.deferred: dict[FlavorResource, int] | None = None
-        self.attempts = Attempts(config, self.usage, self.records)
+        self.attempts = Attempts(
+            config, self.usage, self.records, queue_usage=self.queue_usage, clock=self._now
+        )
         self.fair_keys = FairKeys(config, self.usage, self.attempts)
+
+    def _now(self) -> float:
+        return self.now_s
+
+    def local_queue_usage(self, local_queue: str) -> float:
+        """`local_queue`'s usage now as admission fair sharing compares it (0 when off)."""
+        book, settings = self.admission_usage, self.config.kueue.admission_fair_sharing
+        if book is None or settings is None:
+            return 0.0
+        lq = self.config.local_queues.get(local_queue)
+        weight = lq.fair_sharing_weight if lq is not None else 1.0  # Kueue: missing, 1
+        return book.usage(local_queue, now_s=self.now_s, config=settings, queue_weight=weight)
+
+    def queue_usage(self, cq: str, local_queue: str) -> float | None:
+        """`local_queue`'s usage now if ClusterQueue `cq` orders by it, else None (what Kueue's
+        snapshot gives a workload as LocalQueueFSUsage, for preemption's candidate order)."""
+        if self.admission_usage is None or not self.config.usage_based(cq):
+            return None
+        return self.local_queue_usage(local_queue)
 
     def emit(
         self,
