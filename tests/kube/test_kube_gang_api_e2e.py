@@ -83,5 +83,5 @@ async def test_a_cluster_without_the_gang_api_still_runs_queued_jobs(tmp_path: P
             bound = [p["metadata"]["name"] for p in pods if p["spec"].get("nodeName")]
             return bound if len(bound) == 6 else []
 
-        assert len(await eventually(running, timeout_s=20)) == 6
+        assert len(await eventually(running)) == 6
         stack.check_alive()

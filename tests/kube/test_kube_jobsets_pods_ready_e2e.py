@@ -22,7 +22,7 @@ async def jobset_when(stack: Stack, name: str, *, suspended: bool) -> dict[str, 
         js = await get_jobset(stack.kubectl, name)
         return js if js is not None and js["spec"]["suspend"] is suspended else None
 
-    return await eventually(check, timeout_s=30)
+    return await eventually(check)
 
 
 async def bound_pods(stack: Stack, name: str, count: int) -> list[str]:
@@ -38,7 +38,7 @@ async def bound_pods(stack: Stack, name: str, count: int) -> list[str]:
         done = all(p["spec"].get("nodeName") for p in pods)
         return [p["metadata"]["name"] for p in pods] if done and len(pods) == count else None
 
-    return await eventually(found, timeout_s=30)
+    return await eventually(found)
 
 
 async def test_a_jobset_not_ready_in_time_is_evicted_requeued_and_ready_later(

@@ -57,7 +57,7 @@ async def test_a_jobs_workload_is_charged_and_bounded_by_its_namespaces_limit_ra
             wl = await kubectl.get("Workload", plain, "ml")
             return wl if ((wl or {}).get("status") or {}).get("admission") else None
 
-        wl = await eventually(admitted, timeout_s=30.0)
+        wl = await eventually(admitted)
         (assignment,) = wl["status"]["admission"]["podSetAssignments"]
         assert assignment["resourceUsage"] == {"cpu": "12"}  # 3 pods of the 4-cpu default
 
@@ -65,7 +65,7 @@ async def test_a_jobs_workload_is_charged_and_bounded_by_its_namespaces_limit_ra
             wl = await kubectl.get("Workload", over, "ml")
             return wl if condition(wl, "QuotaReserved").get("reason") == "Misconfigured" else None
 
-        refused = await eventually(held, timeout_s=30.0)
+        refused = await eventually(held)
         assert condition(refused, "QuotaReserved")["status"] == "False"
         assert condition(refused, "QuotaReserved")["message"] == (
             "resources validation failed: spec.podSets[0].template.spec.containers[0]: cpu "

@@ -167,7 +167,7 @@ async def running_pod(stack: Stack, job: str) -> dict[str, Any]:
                 return pod
         return None
 
-    return await eventually(bound, timeout_s=20)
+    return await eventually(bound)
 
 
 async def routed_to(stack: Stack, key: str) -> list[str]:
@@ -221,7 +221,7 @@ async def test_a_light_gpu_job_routed_to_cpu_runs_there_without_a_gpu_and_gets_i
             found = await kubectl.get("Job", "light", "sd")
             return found if found and resources(found) == WRITTEN else None
 
-        suspended = await eventually(restored, timeout_s=20)
+        suspended = await eventually(restored)
         assert suspended["spec"]["suspend"] is True
         assert "nodeSelector" not in suspended["spec"]["template"]["spec"]
         await job_when(kubectl, "sd", "urgent", suspended=False)

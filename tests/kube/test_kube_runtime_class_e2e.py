@@ -56,7 +56,7 @@ async def test_a_jobs_workload_is_charged_its_runtime_class_overhead(tmp_path: P
             wl = await kubectl.get("Workload", missing, "ml")
             return wl if condition(wl, "QuotaReserved").get("reason") == "Misconfigured" else None
 
-        refused = await eventually(held, timeout_s=30.0)
+        refused = await eventually(held)
         assert condition(refused, "QuotaReserved")["message"] == (
             "pod overhead validation failed: spec.podSets[0].template.spec.runtimeClassName: "
             'RuntimeClass "gvisor" not found'

@@ -171,7 +171,7 @@ async def test_the_two_team_example_is_admitted_placed_bound_and_finished(
         for ns, wl in names.items():
             # The pods' watch may run behind the Job's (its lists failed above): their running
             # (and ready) can come after the Job's finished.
-            await events.wait_for(f"{ns}/{wl}", "workload.running", timeout_s=20)
+            await events.wait_for(f"{ns}/{wl}", "workload.running")
             seen = [e.type for e in events.of(f"{ns}/{wl}")]
             assert {t: seen.count(t) for t in ONCE} == dict.fromkeys(ONCE, 1), seen
         # muster's own status writes are no configuration change: each queue applied once.
@@ -185,7 +185,7 @@ async def test_the_two_team_example_is_admitted_placed_bound_and_finished(
             return server.faults.pending() == 0
 
         # Back-offs grow when the machine is loaded (every watch of the stack shares 2 cores).
-        await eventually(faults_met, timeout_s=30.0)
+        await eventually(faults_met)
 
 
 EVICTION = """
