@@ -16,6 +16,7 @@ from kube_services_helpers import (
     condition,
     eventually,
     job_when,
+    object_when,
     pods_bound,
     running_stack,
     workload_of_job,
@@ -91,8 +92,8 @@ async def test_a_jobs_pods_request_the_default_and_are_placed_by_it(tmp_path: Pa
         await kubectl.apply(job("wide", parallelism=2))
         name = (await workload_of_job(kubectl, "ml", "wide"))["metadata"]["name"]
         started = await job_when(kubectl, "ml", "wide", suspended=False)
-        wl = await kubectl.get("Workload", name, "ml")
-        assert wl is not None
+        # The binder starts the Job; the watcher writes the Workload's status apart from it.
+        wl = await object_when(kubectl, "Workload", name, "ml", "Admitted", "True")
         (assignment,) = wl["status"]["admission"]["podSetAssignments"]
         assert assignment["resourceUsage"] == {"cpu": "20"}
 
