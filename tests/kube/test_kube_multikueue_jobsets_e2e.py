@@ -234,7 +234,11 @@ async def test_a_jobset_deleted_on_the_manager_mid_copy_leaves_no_copy_and_nothi
 
         await eventually(copied_late)
         await eventually(lambda: gone(east.kubectl))
-        assert await manager.get("Workload", wl, NAMESPACE) is None
+
+        async def workload_gone() -> bool:  # its own deletion, apart from the copy's
+            return await manager.get("Workload", wl, NAMESPACE) is None
+
+        await eventually(workload_gone)
 
         # Submitted again: admitted, copied and bound, as if the first had never been.
         await create(manager, managed_jobset())
