@@ -23,14 +23,10 @@ from typing import Any, Final
 import msgspec
 
 from muster.api import decode_documents, quantities_to_strings, workload_to_kueue
-from muster.api.alternatives import with_alternatives
 from muster.api.convert import (
-    KUEUE_V1BETA2,
-    meta_from_raw,
     pod_set_of,
-    stable_uid,
-    workload_from_raw,
 )
+from muster.api.decode import decode_workload_json
 from muster.api.errors import ObjectErrors
 from muster.api.model import ApiObject, PodSet, Workload
 from muster.api.raw import RawPodSet, RawWorkload
@@ -162,7 +158,12 @@ def decode_manifest(text: str, *, what: str) -> ApiObject:
 
     A Workload's podset whose template was read before (another workload of the same Job) is
     not read again (`PodSetsByTemplate`); the rest is read and checked in full, so a manifest
-    decodes, or fails naming the object and field, as it does alone."""
+    decodes, or fails naming the object and field, as it does alone. A Kueue Workload without
+    a problem (every `submitted` the gateway or the watcher wrote) is read in one typed pass
+    (`decode_workload_json`, the same checks); any other text is read through a dict."""
+    found = _typed_workload(text, checked=True)
+    if found is not None:
+        return found
     doc = _parsed(text, what=what)
     objects, errors = decode_documents(
         [doc], source=what, stored=True, pod_sets=functools.partial(_POD_SETS.of, text)
@@ -181,9 +182,6 @@ def manifest_workload(text: str, *, what: str) -> Workload:
     if not isinstance(obj, Workload):
         raise PayloadError(f"{what}: manifest is a {type(obj).__name__}, not a Workload")
     return obj
-
-
-_WORKLOAD_JSON: Final = msgspec.json.Decoder(RawWorkload)
 
 
 def check_transitioned_s(env: events_pb2.Envelope) -> float:
@@ -205,24 +203,14 @@ def written_workload(text: str, *, what: str) -> Workload:
     podset's template read before (another workload of the same Job) is not read again
     (`PodSetsByTemplate`).
     """
-    try:
-        raw = _WORKLOAD_JSON.decode(text)
-    except msgspec.DecodeError:  # ValidationError too; not JSON, or not a Workload's fields
-        return manifest_workload(text, what=what)
-    meta = raw.metadata
-    if raw.api_version != KUEUE_V1BETA2 or raw.kind != "Workload" or not meta.name:
-        return manifest_workload(text, what=what)
-    namespace = meta.namespace or "default"  # as `decode_documents` names it
-    model_meta = meta_from_raw(meta, namespace=namespace)
-    if not model_meta.uid:
-        uid = stable_uid("Workload", namespace, meta.name)
-        model_meta = msgspec.structs.replace(model_meta, uid=uid)
-    errs = ObjectErrors(f"Workload/{namespace}/{meta.name}")
-    wl = workload_from_raw(raw, model_meta, errs, pod_sets=_POD_SETS.of(text, raw, errs))
-    wl, problems = with_alternatives(wl, who=errs.obj)
-    if errs.errors or problems:
-        return manifest_workload(text, what=what)
-    return wl
+    found = _typed_workload(text, checked=False)
+    return found if found is not None else manifest_workload(text, what=what)
+
+
+def _typed_workload(text: str, *, checked: bool) -> Workload | None:
+    return decode_workload_json(
+        text, pod_sets=functools.partial(_POD_SETS.of, text), checked=checked
+    )
 
 
 class _WrittenTemplate(msgspec.Struct):

@@ -25,25 +25,39 @@ pytestmark = pytest.mark.timeout(90)
 
 # The flavor puts pool=batch on the pods (its nodeLabels); the check asks for pool=gpu.
 CLASHING = [{"name": "main", "nodeSelector": {"pool": "gpu"}}]
+# The Job's pod template labels its pods team=ml; the check asks for team=infra.
+LABELLED = job_yaml("clash").replace(
+    "  template:\n    spec:", "  template:\n    metadata: {labels: {team: ml}}\n    spec:"
+)
 
 
+@pytest.mark.parametrize(
+    ("job", "updates", "words"),
+    [
+        (job_yaml("clash"), CLASHING,
+         "nodeSelector: conflict for key=pool, value1=batch, value2=gpu"),
+        (LABELLED, [{"name": "main", "labels": {"team": "infra"}}],
+         "labels: conflict for key=team, value1=ml, value2=infra"),
+    ],
+    ids=["nodeSelector over the flavor's", "label over the Job's template"],
+)  # fmt: skip
 async def test_a_checks_conflicting_update_finishes_the_workload_failed_to_start(
-    tmp_path: Path,
+    tmp_path: Path, job: str, updates: list[dict[str, Any]], words: str
 ) -> None:
     async with running_stack(tmp_path) as stack:
         kubectl, events = stack.kubectl, stack.events
         await kubectl.apply(BUDGET + "---" + queues("budget") + "---" + NODE)
-        await kubectl.apply(job_yaml("clash"))
+        await kubectl.apply(job)
         name = (await workload_of_job(kubectl, "ml", "clash"))["metadata"]["name"]
         await check_when(kubectl, name, state="Pending")
 
-        await answer(kubectl, name, "Ready", "provisioned", podSetUpdates=CLASHING)
+        await answer(kubectl, name, "Ready", "provisioned", podSetUpdates=updates)
 
         finished = await condition_when(kubectl, "Workload", name, "ml", "Finished", "True")
         assert finished["reason"] == "FailedToStart"
         assert finished["message"] == (
             'in admission check "budget": invalid admission check PodSetUpdate: conflict for '
-            'nodeSelector: conflict for key=pool, value1=batch, value2=gpu (podset "main")'
+            f'{words} (podset "main")'
         )
         assert (await kubectl.get("Job", "clash", "ml") or {})["spec"]["suspend"] is True
         (told,) = [e.finished for e in await events.told(f"ml/{name}", "workload.finished")]

@@ -109,9 +109,8 @@ async def test_a_running_jobs_local_queue_usage_is_resampled_every_interval(
         await stack.kubectl.apply(QUEUES + "---" + JOB)
         await job_when(stack.kubectl, "ml", "train", suspended=False)  # admitted: it runs
         first = await sampled_after(stack.kubectl, "")
-        # Nothing happens to the job from now on: only the samples move the status on. Two
-        # samples can land within a second (the admission's, then the interval's), too close
-        # for a 10m half-life to move a whole millicore: wait for a later one that grew.
+        # Nothing happens to the job from now on: only the samples move the status on, one an
+        # interval after the other (Kueue's LocalQueue controller); wait for a later one that grew.
         start = cores(first)
         later = await sampled_when(
             stack.kubectl,

@@ -15,7 +15,14 @@ from typing import Any
 
 import pytest
 from kube_helpers import present
-from kube_services_helpers import Kubectl, condition, eventually, job_when, workload_of_job
+from kube_services_helpers import (
+    Kubectl,
+    condition,
+    eventually,
+    job_when,
+    patch_active,
+    workload_of_job,
+)
 from multikueue_stack import (
     MANAGER,
     Cluster,
@@ -176,15 +183,19 @@ async def check_of(kubectl: Kubectl, workload: str, state: str) -> dict[str, Any
     return await eventually(entry, timeout_s=20)
 
 
-async def status_of(kubectl: Kubectl, workload: str, **expected: Any) -> dict[str, Any]:
-    """The manager's Workload once its status has `expected` (conditions by type: status)."""
+async def status_of(
+    kubectl: Kubectl, workload: str, *, cluster_name: str | None = None, **expected: Any
+) -> dict[str, Any]:
+    """The manager's Workload once its status has `expected` (conditions by type: status)
+    and, unless None, `cluster_name` as status.clusterName ("": none)."""
 
     async def matches() -> dict[str, Any] | None:
         wl = await kubectl.get("Workload", workload, NAMESPACE) or {}
         for type_, status in expected.items():
             if condition(wl, type_).get("status") != status:
                 return None
-        return wl
+        named = (wl.get("status") or {}).get("clusterName", "")
+        return wl if cluster_name is None or named == cluster_name else None
 
     return await eventually(matches, timeout_s=30)
 
@@ -327,8 +338,10 @@ async def test_a_worker_that_goes_away_mid_run_is_lost_and_its_job_runs_once_els
         assert (evicted.cluster, evicted.evicted.reason) == ("east", "ClusterLost")
         assert "unreachable for over" in evicted.evicted.message
         moved = await running_pods(west, key, 2)
-        relocated = await status_of(manager.kubectl, wl, Admitted="True")
-        assert relocated["status"]["clusterName"] == "west"
+        # West's admission, not the status east's still showed (Admitted stays True while the
+        # eviction waits for east's pods): only the relocation names west.
+        relocated = await status_of(manager.kubectl, wl, Admitted="True", cluster_name="west")
+        assert condition(relocated, "Evicted")["status"] == "False"
         lost = await event_notes(manager.kubectl, wl, "EvictedDueToClusterLost")
         assert lost[0].startswith("worker cluster east was lost: unreachable for over 4s")
         assert [e.cluster for e in stack.events.of(key, "workload.admitted")] == ["east", "west"]
@@ -402,6 +415,15 @@ async def test_a_worker_without_the_namespace_is_passed_over_and_the_check_says_
         )
         await running_pods(stack.clusters["west"], f"{NAMESPACE}/{wl}", 2)
         assert await stack.clusters["east"].kubectl.get("Job", "train", NAMESPACE) is None
+        assert (await status_of(manager, wl, Admitted="True"))["status"]["clusterName"] == "west"
+
+        # Deactivated (`kueuectl stop workload`): evicted, its copy removed from west, and,
+        # as Kueue's eviction unsets it, its Workload names no cluster while it is inactive.
+        await patch_active(manager, NAMESPACE, wl, False)
+        stopped = await status_of(manager, wl, cluster_name="", QuotaReserved="False")
+        assert condition(stopped, "Evicted")["reason"] == "Deactivated"
+        assert condition(stopped, "Admitted")["status"] == "False"
+        await copy_gone(stack.clusters["west"], "train")
 
 
 async def test_a_job_runs_once_in_a_worker_through_errors_and_dropped_watches_everywhere(

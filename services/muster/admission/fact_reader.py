@@ -129,28 +129,31 @@ def _decode_one(manifest_json: str, *, what: str) -> ApiObject:
 
 
 def _submit_of(env: pb.Envelope, decoded: Workload | None = None) -> Submit:
+    submitted = env.submitted
+    text = submitted.manifest_json  # a new str at each read of the field: read once
     obj: ApiObject
     if decoded is not None and decoded.key == env.workload:
         obj = decoded
     else:
-        obj = _decode_one(env.submitted.manifest_json, what=f"submitted {env.workload}")
+        obj = _decode_one(text, what=f"submitted {env.workload}")
     if not isinstance(obj, Workload):
         raise FactError(f"submitted {env.workload}: manifest is a {type(obj).__name__}")
     if obj.key != env.workload:
         # Every other service keys it by the envelope: taken under the manifest's name, it was
         # admitted as a workload no one else knew (a publisher's bug, or a forged event).
         raise FactError(f"submitted {env.workload}: manifest is the Workload {obj.key}")
-    if env.submitted.queue_name and env.submitted.queue_name != obj.queue_name:
+    queue_name = submitted.queue_name
+    if queue_name and queue_name != obj.queue_name:
         # The gateway may pick the queue (dynamic queue selection): the envelope says which.
-        obj = _replace_queue(obj, env.submitted.queue_name)
+        obj = _replace_queue(obj, queue_name)
     return Submit(
         obj,
         cluster=env.cluster,
         generation=env.generation,
         at_s=time_s_of(env),
-        manifest_json=env.submitted.manifest_json,
+        manifest_json=text,
         partition=parse_token(env.partition),
-        owner_manifest_json=env.submitted.owner_manifest_json,
+        owner_manifest_json=submitted.owner_manifest_json,
         event_id=env.event_id,
     )
 

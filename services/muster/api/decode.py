@@ -18,6 +18,7 @@ with "ignore". An object without `metadata.name` but with `generateName` is name
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, NamedTuple, TypeGuard, get_args
@@ -136,6 +137,7 @@ class _Reading(NamedTuple):
     names_checked: bool = False  # names, labels and annotations: checked where stored
     stored: bool = False  # taken in before: `validate`'s rules for new objects not applied
     pod_sets: PodSetReader | None = None  # a Kueue Workload's podsets, when read elsewhere
+    validated: bool = True  # `validate` run (on kinds whose checks are muster.api.validate's)
 
 
 class _Kind(NamedTuple):
@@ -277,6 +279,71 @@ def decode_documents(
     reading = _reading(source, skipped, validation, warnings, name_seed, kept)
     reading = reading._replace(names_checked=names_checked, stored=stored, pod_sets=pod_sets)
     return _decode_all(docs, reading)
+
+
+# A Kueue Workload's JSON read straight into its wire struct: one pass, no dicts built.
+_WORKLOAD_JSON: Final = msgspec.json.Decoder(wire.RawWorkload)
+_WORKLOAD_KIND: Final = _KINDS[KUEUE_V1BETA2, "Workload"]
+# A number json.loads refuses (past Python's limit on an int's digits), even in a field msgspec
+# skips unread, found as a run of "0" once every digit is one: at C speed (a regular expression
+# took 100 times as long on a large manifest of short numbers).
+_INT_DIGITS: Final = sys.get_int_max_str_digits()  # 0: no limit
+_TOO_LONG_INT: Final = b"0" * (_INT_DIGITS + 1)
+_DIGITS_AS_ZERO: Final = bytes.maketrans(b"123456789", b"0" * 9)
+
+
+def _has_too_long_int(text: str) -> bool:
+    if not _INT_DIGITS or len(text) <= _INT_DIGITS:
+        return False
+    return _TOO_LONG_INT in text.encode("utf-8", "surrogatepass").translate(_DIGITS_AS_ZERO)
+
+
+def decode_workload_json(
+    text: str, *, pod_sets: PodSetReader | None = None, checked: bool = True
+) -> Workload | None:
+    """The Kueue v1beta2 Workload the JSON object `text` holds, read in one typed pass when it
+    reads without a problem: the same Workload as `decode_documents([json.loads(text)],
+    stored=True, pod_sets=pod_sets)`, every check run. None when it has a problem, or may read
+    otherwise there (another kind or version, no name, JSON that msgspec reads differently from
+    the json module: NaN, a lone surrogate, an int past Python's limit): read it there, which
+    names the problem. `checked` False: its names, labels, annotations and `validate` are not
+    checked (what the binder reads of a workload admission admitted)."""
+    if _has_too_long_int(text):
+        return None
+    try:
+        raw = _WORKLOAD_JSON.decode(text)
+    except (msgspec.DecodeError, RecursionError):  # ValidationError too
+        return None
+    meta = raw.metadata
+    if raw.api_version != KUEUE_V1BETA2 or raw.kind != "Workload" or not meta.name:
+        return None
+    namespace = meta.namespace or "default"  # as `_name_and_namespace` names it
+    who = f"Workload/{namespace}/{meta.name}"
+    if checked and _meta_problems(
+        _WORKLOAD_KIND,
+        who,
+        kind="Workload",
+        generated=False,
+        name=meta.name,
+        namespace=meta.namespace,
+        labels=meta.labels,
+        annotations=meta.annotations,
+    ):
+        return None
+    reading = _Reading(
+        source="",
+        skipped=[],
+        kept=None,
+        validation="ignore",
+        warnings=[],
+        name_seed="",
+        names_checked=not checked,
+        stored=True,
+        pod_sets=pod_sets,
+        validated=checked,
+    )
+    found, problems = _object_of(raw, _WORKLOAD_KIND, who, namespace, reading)
+    return found if isinstance(found, Workload) and not problems else None
 
 
 def read_bounded(path: Path) -> str:
@@ -434,8 +501,33 @@ def _identity_problems(
     meta = doc.get("metadata")
     if not isinstance(meta, dict):
         return []  # the decoder names the wrong type
+    labels, annotations = meta.get("labels"), meta.get("annotations")
+    return _meta_problems(
+        spec,
+        who,
+        kind=kind,
+        generated=generated,
+        name=meta.get("name"),
+        namespace=meta.get("namespace"),
+        # Anything but a map of strings is not checked here: the decoder names its type.
+        labels=labels if _string_map(labels) else None,
+        annotations=annotations if _string_map(annotations) else None,
+    )
+
+
+def _meta_problems(
+    spec: _Kind,
+    who: str,
+    *,
+    kind: str,
+    generated: bool,
+    name: object,
+    namespace: object,
+    labels: dict[str, str] | None,
+    annotations: dict[str, str] | None,
+) -> list[FieldError]:
+    """`_identity_problems` of the values read (from a document, or from its wire struct)."""
     problems: list[FieldError] = []
-    name = meta.get("name")
     if spec.named and isinstance(name, str):
         check = dns1123_label_problem if kind == "Namespace" else dns1123_subdomain_problem
         problem = check(name)
@@ -444,16 +536,14 @@ def _identity_problems(
         if problem is not None:
             field = "metadata.generateName" if generated else "metadata.name"
             problems.append(FieldError(who, field, problem))
-    namespace = meta.get("namespace")
     if spec.namespaced and isinstance(namespace, str) and namespace:
         problem = dns1123_label_problem(namespace)
         if problem is not None:
             problems.append(FieldError(who, "metadata.namespace", problem))
-    labels, annotations = meta.get("labels"), meta.get("annotations")
-    if _string_map(labels):
+    if labels:
         found = label_problems(labels, path="metadata.labels")
         problems += [FieldError(who, path, problem) for path, problem in found]
-    if _string_map(annotations):
+    if annotations:
         found = annotation_problems(annotations, path="metadata.annotations")
         problems += [FieldError(who, path, problem) for path, problem in found]
     return problems
@@ -484,6 +574,13 @@ def _decode_object(
     raw, structural = _converted(doc, spec.wire_type, who)
     if raw is None:
         return None, structural
+    return _object_of(raw, spec, who, namespace, reading)
+
+
+def _object_of(
+    raw: Any, spec: _Kind, who: str, namespace: str, reading: _Reading
+) -> tuple[ApiObject | None, list[FieldError]]:
+    """The object `raw` (a `spec.wire_type`) stands for, checked, or None and its problems."""
     errs = ObjectErrors(who)
     meta = meta_from_raw(raw.metadata, namespace=namespace)
     if not meta.uid and spec.named:
@@ -504,7 +601,7 @@ def _decode_object(
         errs.errors.extend(unmade_pods_errors(found.meta.annotations, who=who))
     if errs.errors:
         return None, errs.errors
-    if spec.validated:
+    if spec.validated and reading.validated:
         return found, validate(found, name=who, api_version=raw.api_version, stored=reading.stored)
     return found, []
 

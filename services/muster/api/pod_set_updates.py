@@ -6,6 +6,11 @@ ProvisioningRequest check names the request the pods are to consume this way. Ku
 framework puts them on the pods as the workload starts. Both cluster backends
 (`muster.cluster.pod_set_updates`) and the simulator's pods (`muster.sim.placement`) read them
 here; an entry or field of the wrong shape is left out, never raised.
+
+What conflicts is Kueue's (pkg/podset `Merge`, as its job reconciler starts a job): a label,
+annotation or nodeSelector key the pods have with another value. Tolerations never conflict:
+one already there (Kueue's `tolerations.Equal`: key, operator, value and effect, an empty
+operator read as Equal) is not added twice, any other is added.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from muster.api.job import POD_SET_NAME
 from muster.api.model import Frozen, Pod, Toleration
 from muster.api.wellknown import POD_SET_ANNOTATION, WORKLOAD_LABEL
 
@@ -98,11 +104,24 @@ def update_conflict(
 PodMaps = tuple[Mapping[str, str], Mapping[str, str], Mapping[str, str]]
 
 
-def start_conflict(pods: Mapping[str, PodMaps], updates: Sequence[PodSetUpdate]) -> str | None:
+def start_conflict(
+    pods: Mapping[str, PodMaps], updates: Sequence[PodSetUpdate], *, workload: str
+) -> str | None:
     """The first of `updates` (in order, each over the pods as the earlier ones left them)
     that conflicts with the pods of its podset (`pods`, by podset name), as `update_conflict`
-    words it; None when all of them can go on. A podset not in `pods` is not started."""
-    now = {name: tuple(dict(m) for m in maps) for name, maps in pods.items()}
+    words it; None when all of them can go on. A podset not in `pods` is not started.
+
+    The pods of workload `workload` (its name) also carry muster's own label and annotation
+    (`muster.dev/workload`, `muster.dev/pod-set`), as Kueue's carry its podset label before
+    any update is merged: an update giving either another value conflicts too."""
+    now = {
+        name: (
+            {**labels, WORKLOAD_LABEL: workload},
+            {**annotations, POD_SET_ANNOTATION: name},
+            dict(node_selector),
+        )
+        for name, (labels, annotations, node_selector) in pods.items()
+    }
     for update in updates:
         maps = now.get(update.name)
         if maps is None:
@@ -122,10 +141,41 @@ def start_conflict(pods: Mapping[str, PodMaps], updates: Sequence[PodSetUpdate])
 def merged_tolerations(
     have: tuple[Toleration, ...], more: Sequence[Toleration]
 ) -> tuple[Toleration, ...]:
-    """`have` and then those of `more` not among them."""
+    """`have` and then those of `more` not among them (Kueue's `tolerations.Equal`)."""
     out = list(have)
     out += [t for t in more if t not in out]
     return tuple(out)
+
+
+def template_labels(owner: Mapping[str, Any] | None) -> dict[str, dict[str, str]]:
+    """The labels of the pod templates of `owner` (a Job, a JobSet or a Kueue Workload, as
+    stored), by podset name: what its pods carry before any podSetUpdate, which Kueue's start
+    compares an update's labels with. Anything of the wrong shape reads as no labels."""
+    spec = (owner or {}).get("spec")
+    if not isinstance(spec, dict):
+        return {}
+    # Told apart by shape: an object listed has no `kind`.
+    if "podSets" in spec:  # a Workload
+        return {
+            str(ps.get("name") or ""): _labels_of(ps.get("template"))
+            for ps in _dicts(spec.get("podSets"))
+        }
+    if "replicatedJobs" in spec:  # a JobSet
+        return {
+            str(rj.get("name") or ""): _labels_of(_field(rj.get("template"), "spec", "template"))
+            for rj in _dicts(spec.get("replicatedJobs"))
+        }
+    return {POD_SET_NAME: _labels_of(spec.get("template"))}  # a Job
+
+
+def _labels_of(template: object) -> dict[str, str]:
+    return _string_map(_field(template, "metadata", "labels"))
+
+
+def _field(obj: object, *path: str) -> object:
+    for name in path:
+        obj = obj.get(name) if isinstance(obj, dict) else None
+    return obj
 
 
 def updated_pod(pod: Pod, updates: Sequence[PodSetUpdate]) -> Pod:
@@ -171,6 +221,8 @@ def _dicts(value: object) -> list[Mapping[str, Any]]:
 
 def _toleration(obj: Mapping[str, Any]) -> Toleration | None:
     fields = {f: obj[f] for f in _TOLERATION_FIELDS if isinstance(obj.get(f), str)}
+    if fields.get("operator") == "":  # the API's default, as Kueue's tolerations.Equal reads it
+        fields["operator"] = "Equal"
     try:
         return msgspec.convert(fields, Toleration)
     except msgspec.ValidationError:

@@ -373,8 +373,9 @@ def stands_for_owner(wl: Workload) -> bool:
 async def _never_startable(env: events_pb2.Envelope, ctx: BinderContext, lacking: str) -> None:
     """End an admitted workload whose manifest (or its owner's) is gone for good (its
     `submitted` left the stream, its admission carries no copy, MUSTER_MANIFESTS_<c> holds
-    none): it would otherwise hold its quota for ever, or start half. The `finished` says why;
-    admission frees its quota."""
+    none): it would otherwise hold its quota for ever, or start half. Ended as Kueue's job
+    framework ends a workload whose start can never succeed (Finished, reason FailedToStart),
+    the message saying why; admission frees its quota."""
     message = (
         f"{env.workload} cannot be started: its {lacking} is no longer known (its submission "
         f"left the event stream; its admission carries no copy, being over "
@@ -382,8 +383,7 @@ async def _never_startable(env: events_pb2.Envelope, ctx: BinderContext, lacking
         "submit it again"
     )
     log.warning("ending an admitted workload: %s", message, extra={"workload": env.workload})
-    finished = events_pb2.WorkloadFinished(succeeded=False, message=message)
-    await ctx.publish("finished", finished, cause=env, submitted_id=env.submitted_id)
+    await _end_unstartable(env, ctx, message)
 
 
 def origin_of(
@@ -560,9 +560,14 @@ async def _failed_to_start(
     never will. Ended as Kueue's job framework ends it (FailedToStart); admission frees its
     quota at the `finished`."""
     log.warning("%s failed to start: %s", env.workload, err, extra={"workload": env.workload})
-    finished = events_pb2.WorkloadFinished(
-        succeeded=False, message=err.message, reason=FAILED_TO_START
-    )
+    await _end_unstartable(env, ctx, err.message)
+
+
+async def _end_unstartable(env: events_pb2.Envelope, ctx: BinderContext, message: str) -> None:
+    """Publish the `finished` of admitted workload `env` that can never start: Kueue's job
+    framework ends such a one Finished, reason FailedToStart (a permanent start error), rather
+    than retry for ever."""
+    finished = events_pb2.WorkloadFinished(succeeded=False, message=message, reason=FAILED_TO_START)
     await ctx.publish("finished", finished, cause=env, submitted_id=env.submitted_id)
 
 

@@ -6,8 +6,8 @@ store.
 The Ready entries' `podSetUpdates` (`muster.api.pod_set_updates`) are read from the Kueue
 Workload when the workload starts, so they are the controller's latest words whatever
 restarted meanwhile. One that sets a label, annotation or nodeSelector key the pods already
-have (from the template, the flavors or an earlier check) to another value is Kueue's conflict:
-the workload fails to start (`PodSetUpdateConflictError`), nothing is made.
+have (from the template, the flavors, muster's own or an earlier check) to another value is
+Kueue's conflict: the workload fails to start (`PodSetUpdateConflictError`), nothing is made.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from muster.api.pod_set_updates import (
     merged_tolerations,
     ready_updates_of,
     start_conflict,
+    template_labels,
 )
 from muster.cluster.backend import PodSetStart
 from muster.cluster.errors import PodSetUpdateConflictError
@@ -30,13 +31,25 @@ _MAPS = ("labels", "annotations", "node_selector")
 
 
 def with_check_updates(
-    starts: Sequence[PodSetStart], workload: Mapping[str, Any] | None, *, what: str = ""
+    starts: Sequence[PodSetStart],
+    workload: Mapping[str, Any] | None,
+    *,
+    what: str = "",
+    owner: Mapping[str, Any] | None = None,
 ) -> list[PodSetStart]:
     """`starts` with the Ready checks' podSetUpdates of Kueue Workload `workload` merged in.
-    Raises PodSetUpdateConflictError (naming workload `what`) for Kueue's conflict."""
+    Raises PodSetUpdateConflictError (naming workload `what`, its key) for Kueue's conflict,
+    with the labels of `owner`'s pod templates too (the Job or JobSet it stands for, or the
+    Workload itself, as stored: `template_labels`): its pods carry them."""
     updates = ready_updates_of(workload)
-    pods = {s.name: (s.labels, s.annotations, s.node_selector) for s in starts}
-    conflict = start_conflict(pods, updates)
+    if not updates:
+        return list(starts)
+    labels = template_labels(owner if owner is not None else workload)
+    pods = {
+        s.name: ({**labels.get(s.name, {}), **s.labels}, s.annotations, s.node_selector)
+        for s in starts
+    }
+    conflict = start_conflict(pods, updates, workload=what.rpartition("/")[2])
     if conflict is not None:
         raise PodSetUpdateConflictError(f"Workload/{what}" if what else "", conflict)
     out = list(starts)

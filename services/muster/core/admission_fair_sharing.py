@@ -10,16 +10,24 @@ Workload controllers, the scheduler's entry penalty):
   what it runs: after `elapsed` seconds, consumed·(1-a) + running·a with
   a = 1 - 0.5^(elapsed / usageHalfLifeTime). A half-life of 0 forgets everything at once.
 - A2 entry penalty. A workload starting adds a·(its requests) at once, a priced over one
-  usageSamplingInterval: the usage it will have added by the next sample.
+  usageSamplingInterval: the usage it will have added by the next sample. Kueue's scheduler
+  prices one only in a ClusterQueue that orders by usage (shouldApplyEntryPenalty).
 - A3 order. The usage of a LocalQueue is the sum over resources of weight·consumed (weight from
   `resourceWeights`, 1 if unlisted) divided by the LocalQueue's `spec.fairSharing.weight`
   (+inf if that is 0). Lower usage goes first, before priority and creation time.
 
-Differs from Kueue: Kueue samples the decay every usageSamplingInterval, so its order lags the
-usage by up to one interval; muster evaluates the same decay at the decision's time (the value
-Kueue reaches at its next sample, without the lag), which also makes it a pure function of the
-events and their times. Usage counts from QuotaReserved (Kueue: from Admitted); the two agree
-for a ClusterQueue without admission checks.
+Differs from Kueue: Kueue's ledger decays in steps, at each sample of its LocalQueue
+controller (every usageSamplingInterval: reconcileConsumedUsage) and as a workload turns
+Admitted (updateAfsConsumedUsage, which also settles its penalty), each step moving consumed
+toward what is admitted at the step over the whole time since the previous one; its order
+reads the ledger of the last step, plus penalties not yet settled. muster sums the same decay
+over the runs as they were, at the decision's time: Kueue's value at its steps while what
+runs changes only at them, without the lag. Between steps Kueue credits a workload admitted
+after one for the time since it, and drops what a workload ran after one before it stopped
+(tests/unit/core/test_admission_fair_sharing.py, KueueLedger); muster counts each run from
+start to stop, so the usage is a pure function of the events and their times and a replica
+rebuilt from the stream orders as the live one. Usage counts from QuotaReserved (Kueue: from
+Admitted); the two agree for a ClusterQueue without admission checks.
 
 Amounts are in Kubernetes units as Kueue reports them (cpu in cores, memory in bytes): muster's
 milli-units divided by 1000.
@@ -286,16 +294,19 @@ class AdmissionUsage:
         *,
         at_s: float,
         config: AdmissionFairSharingConfig,
+        penalized: bool = True,
     ) -> None:
         """Workload `key` of `local_queue` holds `usage` from `at_s`: its run counts (A1) with
-        its entry penalty (A2). A workload already running keeps its first start."""
+        its entry penalty (A2) when `penalized` (Kueue's scheduler prices one only in a
+        ClusterQueue that orders by usage). A workload already running keeps its first start."""
         if key in self.open:
             return
         owner = self.owners.get(key)
         if owner is not None and owner != local_queue:
             self.retire(key, config=config)  # moved to another LocalQueue (routed)
         requests = requests_of(usage)
-        penalty = entry_penalty(requests, config) if config.usage_half_life_s > 0 else {}
+        priced = penalized and config.usage_half_life_s > 0
+        penalty = entry_penalty(requests, config) if priced else {}
         queue = self.queues.get(local_queue)
         if queue is None:
             queue = self.queues[local_queue] = QueueUsage()

@@ -34,6 +34,9 @@ PODS_UNREADY_AFTER = PODS_UNREADY_AFTER_ANNOTATION
 PODS_UNREADY_FOR = PODS_UNREADY_FOR_ANNOTATION
 CHECK_PREFIX = "muster.dev/check."  # + AdmissionCheck name, on a workload (or its Job)
 CHECK_RESULT = "muster.dev/check-result"  # on an AdmissionCheck: the default for every workload
+# On an AdmissionCheck: the podSetUpdates (a JSON list, Kueue's fields) its scripted answers
+# carry while Ready, as a controller's Ready entry of status.admissionChecks would.
+CHECK_POD_SET_UPDATES = "muster.dev/check-pod-set-updates"
 # On a ProvisioningRequestConfig: what the cluster-autoscaler does with each request made for
 # it (sim/checks.py), "Condition@seconds" per attempt, as a check script.
 PROVISIONING = "muster.dev/provisioning"

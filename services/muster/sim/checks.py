@@ -16,7 +16,7 @@ PodTemplates a controller makes carry no flavor labels: nothing here reads them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -148,19 +148,23 @@ class CheckModels:
         stored = self.stored.get(key)
         return ready_updates(stored.entries) if stored is not None else []
 
-    def start_conflict(self, wl: Workload, admission: Admission) -> str | None:
-        """Why the pods of `wl` cannot start under `admission`: a Ready check's podSetUpdate
-        conflicts with them, as the binder finds it (their annotations and nodeSelector, the
-        flavors' node labels in, as `PodSetStart`s carry them); None when none does."""
-        updates = self.pod_set_updates(wl.key)
+    def start_conflict(
+        self, wl: Workload, admission: Admission, updates: Sequence[PodSetUpdate]
+    ) -> str | None:
+        """Why the pods of `wl` cannot start under `admission`: one of its Ready checks'
+        `updates` conflicts with them, as the binder finds it (their annotations and
+        nodeSelector, the flavors' node labels in, as `PodSetStart`s carry them, and muster's
+        own label and annotation); None when none does."""
         if not updates:
             return None
         gang = gang_of_admitted(
             wl, admission, flavors=self.flavors, priority=0, created_s=0.0, with_pods=False
         )
-        no_labels: dict[str, str] = {}  # the binder's starts carry none of the template's
+        # The model keeps no template labels (a Job's differ per Job: they would part the
+        # workloads BestEffortFIFO decides alike), so only muster's own meet an update here.
+        no_labels: dict[str, str] = {}
         pods = {ps.name: (no_labels, ps.annotations, ps.node_selector) for ps in gang.pod_sets}
-        return start_conflict(pods, updates)
+        return start_conflict(pods, updates, workload=wl.meta.name)
 
     def state_now(self, now_s: float) -> object:
         """What decides the controllers' next answers, for `Repeats` (runner.py): per workload,

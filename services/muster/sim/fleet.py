@@ -55,7 +55,9 @@ class Fleet:
         self.book = DispatcherState()  # waiting, live dispatches (targets), holds, lost clusters
         self.losses = sorted((at_s, name) for name, at_s in plan.lost_at.items())
         self.where: dict[WorkloadKey, str] = {}  # the cluster each admitted workload runs in
-        self.ran_on: dict[WorkloadKey, str] = {}  # status.clusterName: kept once finished
+        # status.clusterName as the watcher writes it on Kubernetes: the worker, from its
+        # admission there until an eviction of any reason; kept once it finished.
+        self.ran_on: dict[WorkloadKey, str] = {}
         self.messages: dict[WorkloadKey, dict[str, str]] = {}  # MultiKueue checks' messages
         self.changed = False  # room may have changed since the last dispatch attempt
 
@@ -90,6 +92,7 @@ class Fleet:
         """Place the pods of an admitted workload where it was dispatched (else locally)."""
         cluster = self.book.targets.get(wl.key, LOCAL_CLUSTER)
         self.where[wl.key] = cluster
+        self.name_cluster(wl.key, cluster)
         placement = self.placements.get(cluster)
         if placement is None:  # no nodes in the scenario: it runs at once
             self.host.gang_bound(wl.key)
@@ -97,11 +100,22 @@ class Fleet:
         if cluster not in self.book.down:
             placement.admitted(wl, admission, run_s=run_s, now_s=now_s)
 
+    def name_cluster(self, key: WorkloadKey, cluster: str) -> None:
+        """status.clusterName at an admission in `cluster` (none in the manager's own)."""
+        if cluster != LOCAL_CLUSTER:
+            self.ran_on[key] = cluster
+
     def admission_ended(self, key: WorkloadKey, *, finished: bool, now_s: float) -> None:
         if finished:
+            if key not in self.where and key in self.book.targets:
+                # Ended at its admission, before any pod (FailedToStart): admitted in its
+                # worker all the same, and so named there.
+                self.name_cluster(key, self.book.targets[key])
             self.book.forget(key)
         else:
             self.book.stopped(key)
+            # Evicted, preempted or deactivated: unset at once, though its pods may still
+            # stop (Kueue's resetClusterNomination); a finished workload keeps it.
             self.ran_on.pop(key, None)
         cluster = self.where.pop(key, None)
         if cluster is not None and cluster in self.placements:
@@ -183,8 +197,7 @@ class Fleet:
         for decision in self.book.dispatch_round(tries, views, now_s=now_s):
             key = decision.key
             self.messages[key] = dict.fromkeys(decision.checks, decision.message)
-            if isinstance(decision, Sent):
-                self.ran_on[key] = decision.cluster
+            if isinstance(decision, Sent):  # status.clusterName waits for the admission
                 for check in decision.checks:
                     self.host.push(now_s, SetCheck(key, epochs[key], check, READY))
 

@@ -30,7 +30,7 @@ from muster.sim.groups import group_entry
 from muster.sim.placement import PodState
 from muster.sim.runner import SimulationResult, WorkloadTiming
 
-CONTRACT_VERSION = "2.11"  # of the document below; bump with a note in docs/simulate-json.md
+CONTRACT_VERSION = "2.12"  # of the document below; bump with a note in docs/simulate-json.md
 OUTCOME_MESSAGE_WIDTH = 80
 # Kueue's prefix on flavor-assignment messages; the table keeps only the part after it.
 FLAVOR_MESSAGE_PREFIX = re.compile(r"^couldn't assign flavors to pod set [^:]*: ")

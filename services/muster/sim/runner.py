@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Protocol
 
 import msgspec
@@ -489,7 +490,9 @@ class Simulation:
         admission = self.engine.admission(key)
         if admission is not None:
             track.last_admission = admission
-            why = self.check_models.start_conflict(self.engine.workload(key), admission)
+            why = self.check_models.start_conflict(
+                self.engine.workload(key), admission, self.pod_set_updates(key)
+            )
             if why is not None:  # no pod is made: the binder ends it so (Kueue's FailedToStart)
                 finished = self.engine.finish(
                     key, now_s=self.now_s, reason=FAILED_TO_START, message=why
@@ -540,8 +543,16 @@ class Simulation:
         self.timeline.push(at_s, action)
 
     def pod_set_updates(self, key: WorkloadKey) -> list[PodSetUpdate]:
-        """What the Ready controller-run checks of `key` ask to be set on its pods."""
-        return self.check_models.pod_set_updates(key)
+        """What the Ready checks of `key` ask to be set on its pods: the controller-run ones'
+        and the scripted ones' (`muster.dev/check-pod-set-updates`), in check name order as
+        the entries of its status.admissionChecks stand."""
+        scripted = [
+            update
+            for check in self.engine.required_checks(key)
+            if not self.check_models.runs(check)
+            for update in self.scenario.check_updates.get(check, ())
+        ]
+        return sorted([*self.check_models.pod_set_updates(key), *scripted], key=attrgetter("check"))
 
     def result(self) -> SimulationResult:
         engine = self.engine

@@ -8,6 +8,7 @@ problem as a `FieldError` and raise `InvalidScenarioError` with all of them.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -43,9 +44,11 @@ from muster.api.model import (
     SchedulingWorkload,
     Workload,
 )
+from muster.api.pod_set_updates import PodSetUpdate, ready_updates
 from muster.api.wellknown import CLUSTER_ANNOTATION, GANG_TIMEOUT_ANNOTATION
 from muster.checks.registry import by_controller_name, config_kinds
 from muster.sim.annotations import (
+    CHECK_POD_SET_UPDATES,
     CHECK_PREFIX,
     CHECK_RESULT,
     KNOWN_ON_NODES,
@@ -95,6 +98,8 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True):
     # and the cluster-autoscaler's script for each (`muster.dev/provisioning`), by name.
     check_objects: tuple[Mapping[str, Any], ...] = ()
     provisioning: Mapping[str, ProvisioningScript] = msgspec.field(default_factory=dict)
+    # What each scripted check asks of the pods while Ready (`muster.dev/check-pod-set-updates`).
+    check_updates: Mapping[str, tuple[PodSetUpdate, ...]] = msgspec.field(default_factory=dict)
 
     @property
     def cluster_queues(self) -> tuple[ClusterQueue, ...]:
@@ -222,6 +227,7 @@ def build_scenario(
         config = configs[0]
     config_objects = tuple(obj for obj in objects if isinstance(obj, CONFIG_TYPES))
     check_results = admission_check_results(config_objects, errors)
+    check_updates = admission_check_updates(config_objects, errors)
     workloads = [obj for obj in objects if isinstance(obj, Workload)]
     arrivals = timed_arrivals(workloads, errors)
     cluster_objects = [obj for obj in objects if isinstance(obj, CLUSTER_TYPES)]
@@ -241,6 +247,7 @@ def build_scenario(
         clusters=clusters,
         check_objects=tuple(check_objects),
         provisioning=provisioning,
+        check_updates=check_updates,
     )
 
 
@@ -262,17 +269,16 @@ def unscriptable_checks(
         'docs/simulate-json.md, "Controller-run checks"'
     )
     for obj in objects:
-        if (
-            isinstance(obj, AdmissionCheck)
-            and obj.meta.name in run
-            and CHECK_RESULT in obj.meta.annotations
-        ):
-            problem = f"AdmissionCheck {obj.meta.name} " + why.format(run[obj.meta.name])
-            errors.append(
-                FieldError(
-                    f"AdmissionCheck/{obj.meta.name}", annotation_path(CHECK_RESULT), problem
+        if not isinstance(obj, AdmissionCheck) or obj.meta.name not in run:
+            continue
+        for annotation in (CHECK_RESULT, CHECK_POD_SET_UPDATES):
+            if annotation in obj.meta.annotations:
+                problem = f"AdmissionCheck {obj.meta.name} " + why.format(run[obj.meta.name])
+                errors.append(
+                    FieldError(
+                        f"AdmissionCheck/{obj.meta.name}", annotation_path(annotation), problem
+                    )
                 )
-            )
     for arrival in arrivals:
         for check in sorted(arrival.script.checks):
             if check in run:
@@ -316,6 +322,33 @@ def admission_check_results(
                 FieldError(obj=name, path=annotation_path(CHECK_RESULT), problem=str(exc))
             )
     return results
+
+
+def admission_check_updates(
+    objects: Sequence[ApiObject], errors: list[FieldError]
+) -> dict[str, tuple[PodSetUpdate, ...]]:
+    """The podSetUpdates of `muster.dev/check-pod-set-updates` on AdmissionCheck objects: a
+    JSON list of objects, each naming its podset; their fields are read as a controller's are
+    (`muster.api.pod_set_updates`: a field of the wrong shape is left out)."""
+    found: dict[str, tuple[PodSetUpdate, ...]] = {}
+    for obj in objects:
+        if not isinstance(obj, AdmissionCheck) or CHECK_POD_SET_UPDATES not in obj.meta.annotations:
+            continue
+        name = obj.meta.name
+        try:
+            updates = json.loads(obj.meta.annotations[CHECK_POD_SET_UPDATES])
+        except (ValueError, RecursionError):
+            updates = None
+        if not isinstance(updates, list) or not all(
+            isinstance(u, dict) and isinstance(u.get("name"), str) and u["name"] for u in updates
+        ):
+            problem = "must be a JSON list of podSetUpdates, each with its podset's name"
+            path = annotation_path(CHECK_POD_SET_UPDATES)
+            errors.append(FieldError(obj=f"AdmissionCheck/{name}", path=path, problem=problem))
+            continue
+        entry = {"name": name, "state": "Ready", "podSetUpdates": updates}
+        found[name] = tuple(ready_updates([entry]))
+    return found
 
 
 def timed_arrivals(workloads: Sequence[Workload], errors: list[FieldError]) -> tuple[Arrival, ...]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from muster.api.check_states import ChecksWanted
@@ -281,11 +281,15 @@ async def sample_fair_sharing(
     *,
     interval_s: float,
     clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> None:
-    """Desire the LocalQueues' re-sampled admission fair sharing status at each tick of the
-    `usageSamplingInterval` grid (`StatusBook.sample`), until cancelled."""
+    """Desire the LocalQueues' re-sampled admission fair sharing status as each falls due
+    (`StatusBook.sample`), until cancelled. A sample falls due an interval after the last, or
+    later (a settled entry penalty restarts the clock): never sooner than the next due now."""
     while True:
         now_s = clock()
         _desire(book, sink, sorted(book.sample(now_s), key=str))
-        # Just past the next tick: a sample a little early would find the last one's.
-        await asyncio.sleep(interval_s - now_s % interval_s + 0.01)
+        due_s = book.next_sample_s()
+        wait_s = interval_s if due_s is None else min(interval_s, max(0.0, due_s - now_s))
+        # Just past it: a look a little early would find nothing due.
+        await sleep(wait_s + 0.01)

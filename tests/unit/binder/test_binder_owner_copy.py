@@ -88,9 +88,25 @@ async def test_a_copy_without_its_job_that_no_binder_kept_is_ended_not_started_b
     assert (finished.type, finished.cluster, finished.submitted_id) == (
         "workload.finished", "east", "s1"
     )  # fmt: skip
-    assert not finished.finished.succeeded
+    assert (finished.finished.succeeded, finished.finished.reason) == (False, "FailedToStart")
     assert finished.finished.message.startswith(
         "ns/w cannot be started: its Job's manifest is no longer known"
+    )
+
+
+async def test_an_admission_whose_manifest_no_binder_kept_fails_to_start_as_kueues() -> None:
+    """No copy in the admission (over the limit), no `submitted`, none kept: it can never
+    start, and Kueue's job framework ends such a workload Finished, reason FailedToStart."""
+    backend = _Backend()
+    ctx, recover, published = _east(backend, None)
+    ctx.cluster = "local"
+    await on_admitted(_admitted(""), ctx)
+    assert (backend.started, recover.asked) == ({}, 1)
+    (finished,) = published.seen
+    assert (finished.type, finished.workload) == ("workload.finished", "ns/w")
+    assert (finished.finished.succeeded, finished.finished.reason) == (False, "FailedToStart")
+    assert finished.finished.message.startswith(
+        "ns/w cannot be started: its manifest is no longer known"
     )
 
 

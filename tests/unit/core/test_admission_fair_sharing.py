@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from functools import partial
 
 import pytest
 from hypothesis import given
@@ -178,3 +179,65 @@ def test_forget_drops_deleted_queues_that_run_nothing() -> None:
     book.retire("done/1", config=TEN_MINUTES)
     book.forget(["kept/lq"])
     assert sorted(book.queues) == ["gone/lq"]  # still runs: its stop must find it
+
+
+class KueueLedger:
+    """Kueue's usage of one LocalQueue, as its ledger keeps it (pkg/cache/queue/afs): decayed
+    in steps over the time since the last (the LocalQueue controller's samples,
+    reconcileConsumedUsage; the workload controller's settlement of an entry penalty as the
+    workload is admitted, updateAfsConsumedUsage), each toward what is admitted at the step."""
+
+    def __init__(self, at_s: float) -> None:
+        self.consumed: dict[str, float] = {}
+        self.at_s = at_s
+
+    def step(self, now_s: float, admitted: dict[str, float], settled: float = 0.0) -> float:
+        self.consumed = decayed(self.consumed, admitted, now_s - self.at_s, 600.0)
+        self.consumed["cpu"] = self.consumed.get("cpu", 0.0) + settled
+        self.at_s = now_s
+        return self.consumed["cpu"]
+
+
+PENALTY_2 = entry_penalty({"cpu": 2.0}, TEN_MINUTES)["cpu"]
+
+
+def muster_cpu(book: AdmissionUsage, now_s: float) -> float:
+    return book.consumed("a/lq", now_s=now_s, config=TEN_MINUTES).get("cpu", 0.0)
+
+
+def test_at_kueues_samples_the_usage_is_kueues_while_what_runs_changes_only_at_them() -> None:
+    # Admitted as its LocalQueue is sampled (settled at once), finished at a later sample.
+    kueue, book = KueueLedger(at_s=0.0), AdmissionUsage()
+    kueue.step(0.0, {"cpu": 2.0}, settled=PENALTY_2)
+    book.start("a/1", "a/lq", CPU_2, at_s=0.0, config=TEN_MINUTES)
+    for tick in (300.0, 600.0, 900.0):
+        assert muster_cpu(book, tick) == pytest.approx(kueue.step(tick, {"cpu": 2.0}), rel=1e-12)
+    book.stop("a/1", at_s=900.0, config=TEN_MINUTES)
+    for tick in (1200.0, 1500.0):
+        assert muster_cpu(book, tick) == pytest.approx(kueue.step(tick, {}), rel=1e-12)
+
+
+def test_between_kueues_samples_a_start_or_a_stop_counts_from_its_time_in_muster() -> None:
+    """Differs from Kueue (docs/kueue-compatibility.md): a step credits what is admitted at
+    it for the whole time since the last one, so Kueue counts a workload admitted 200 s after
+    a sample as if it ran those 200 s, and forgets the 150 s one ran after a sample before it
+    finished; muster counts each run from its start to its stop."""
+    a = partial(decay_alpha, half_life_s=600.0)
+    kueue, book = KueueLedger(at_s=0.0), AdmissionUsage()
+    kueue.step(200.0, {"cpu": 2.0}, settled=PENALTY_2)
+    book.start("a/1", "a/lq", CPU_2, at_s=200.0, config=TEN_MINUTES)
+    credited = 2.0 * a(200.0) * (1.0 - a(300.0))  # 200 s not run, faded over 300 s
+    assert kueue.step(500.0, {"cpu": 2.0}) == pytest.approx(muster_cpu(book, 500.0) + credited)
+    book.stop("a/1", at_s=650.0, config=TEN_MINUTES)
+    forgotten = 2.0 * a(150.0) * (1.0 - a(150.0))  # run 500 s to 650 s, faded over 150 s
+    assert kueue.step(800.0, {}) == pytest.approx(
+        muster_cpu(book, 800.0) + credited * (1.0 - a(300.0)) - forgotten
+    )
+
+
+def test_a_run_not_penalized_adds_only_what_it_runs() -> None:
+    # Kueue prices an entry penalty only in a ClusterQueue that orders by usage.
+    book = AdmissionUsage()
+    book.start("a/1", "a/lq", CPU_2, at_s=0.0, config=TEN_MINUTES, penalized=False)
+    assert muster_cpu(book, 0.0) == 0.0
+    assert muster_cpu(book, 600.0) == pytest.approx(1.0)  # half of 2 cpu after a half-life

@@ -44,7 +44,7 @@ from muster.cluster.kube.config import api_client
 from muster.cluster.kube.copy_writes import COPIED_OWNERS, copies_from, create_copy_of
 from muster.cluster.kube.discovery import GangApi
 from muster.cluster.kube.informer import SEQ_BITS, merged_watch, resource_version_now
-from muster.cluster.kube.job_writes import start_job, start_jobset, stop_job, stop_jobset
+from muster.cluster.kube.job_writes import JOB, JOBSET, start_owner, stop_job, stop_jobset
 from muster.cluster.kube.pod_writes import bind_pod, create_pods
 from muster.cluster.kube.ratelimit import TokenBucket
 from muster.cluster.kube.resources import (
@@ -254,10 +254,11 @@ class KubeBackend:
         jobset = await jobset_of(api, namespace, name)
         if jobset is not None:
             workload = await api.get_or_none(self.objects.kueue["Workload"], name, namespace)
-            await start_jobset(
+            await start_owner(
                 api,
+                JOBSET,
                 jobset,
-                with_check_updates(pod_sets, workload, what=workload_key),
+                with_check_updates(pod_sets, workload, what=workload_key, owner=jobset),
                 workload=name,
                 admission=admission,
             )
@@ -265,7 +266,8 @@ class KubeBackend:
         job, workload = await job_of(api, namespace, name)
         if job is not None and workload is None:
             workload = await api.get_or_none(self.objects.kueue["Workload"], name, namespace)
-        pod_sets = with_check_updates(pod_sets, workload, what=workload_key)  # its checks' asks
+        # Its checks' asks, over what its pods carry: the Job's template, else the Workload's.
+        pod_sets = with_check_updates(pod_sets, workload, what=workload_key, owner=job)
         if nodes is not None:
             self._refuse_placed(name, namespace, job=job, workload=workload, origin=origin)
         if job is None and workload is None and origin is not None:
@@ -273,7 +275,7 @@ class KubeBackend:
             if job is not None:
                 return  # created started
         if job is not None:
-            await start_job(api, job, pod_sets, workload=name, admission=admission)
+            await start_owner(api, JOB, job, pod_sets, workload=name, admission=admission)
         elif workload is not None:
             await create_pods(api, workload, pod_sets, admission=admission, nodes=nodes)
         # Otherwise a pod group: its pods exist already.

@@ -5,8 +5,8 @@ put back as its owner wrote them. What each write holds is `jobs` and `jobsets` 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from muster.api.resource import Resource
 from muster.cluster.backend import PodSetStart
@@ -21,37 +21,86 @@ from muster.cluster.kube.transport import MERGE_PATCH
 log = logging.getLogger(__name__)
 
 
-async def start_jobset(
+class OwnerKind(NamedTuple):
+    """How a Job or a JobSet is started: what differs between the two, the rest is
+    `start_owner`'s."""
+
+    resource: Resource
+    # The object unsuspended with its podsets' placement, None when started already
+    # (`jobs.started_job`, `jobsets.started_jobset`); raises ResizeError.
+    started: Callable[..., dict[str, Any] | None]
+    templates: str  # how an error names what cannot ask for the admitted requests
+    # A Job's status.startTime is cleared first (as Kueue does), else no template changes.
+    clears_start_time: bool
+    # Whether a write the API server refuses changed its resources: refused so, the start is
+    # a RequestsRefusedError (KEP-5440). None: any refusal is told as it came.
+    resources_changed: Callable[[Mapping[str, Any], Mapping[str, Any]], bool] | None
+
+
+JOB = OwnerKind(
+    resource=JOBS,
+    started=jobs.started_job,
+    templates="its pod template",
+    clears_start_time=True,
+    resources_changed=jobs.resources_changed,
+)
+# Its controller passes what its templates were given on to its Jobs.
+JOBSET = OwnerKind(
+    resource=JOBSETS,
+    started=jobsets.started_jobset,
+    templates="its pod templates",
+    clears_start_time=False,
+    resources_changed=None,
+)
+
+
+async def start_owner(
     api: ApiObjects,
-    jobset: Mapping[str, Any],
+    kind: OwnerKind,
+    owner: Mapping[str, Any],
     pod_sets: Sequence[PodSetStart],
     *,
     workload: str,
     admission: int,
 ) -> None:
-    """Unsuspend `jobset` with its podsets' placement (`jobsets.started_jobset`), one write;
-    its controller passes them on to its Jobs."""
-    js_name, namespace, path, who = _where(JOBSETS, jobset)
-    current: Mapping[str, Any] | None = jobset
-    classes = await runtime_overheads(api, jobset, pod_sets)
+    """Unsuspend `owner` (a Job or JobSet, as `kind` says) with its podsets' placement and,
+    routed, their requests, in one write; templates that cannot ask for the admitted requests,
+    or a write refused for changing them, are a RequestsRefusedError. A retry reads it again."""
+    name, namespace, path, who = _where(kind.resource, owner)
+    current: Mapping[str, Any] | None = owner
+    classes = await runtime_overheads(api, owner, pod_sets)
 
     async def start() -> None:
         nonlocal current
-        fresh = current if current is not None else await api.get(JOBSETS, js_name, namespace)
+        fresh = current if current is not None else await api.get(kind.resource, name, namespace)
         current = None  # a retry reads again
+        if (
+            kind.clears_start_time
+            and jobs.is_suspended(fresh)
+            and (fresh.get("status") or {}).get("startTime")
+        ):
+            fresh = await _clear_start_time(api, name, namespace)  # else no template change
         try:
-            started = jobsets.started_jobset(
-                fresh,
-                pod_sets,
-                workload=workload,
-                admission=admission,
-                runtime_classes=classes,
+            started = kind.started(
+                fresh, pod_sets, workload=workload, admission=admission, runtime_classes=classes
             )
         except ResizeError as err:
-            message = f"its pod templates cannot ask for the admitted requests: {err}"
+            message = f"{kind.templates} cannot ask for the admitted requests: {err}"
             raise RequestsRefusedError(who, message) from None
-        if started is not None:
+        if started is None:
+            return
+        # One write: the new requests and the unsuspend together (KEP-5440's advice), so
+        # a refusal leaves it suspended as it was, never running with other requests.
+        try:
             await api.transport.checked("PUT", path, obj=who, query=STRICT_QUERY, body=started)
+        except ClusterError as err:
+            refused = isinstance(err, InvalidObjectError) or err.reason == "Forbidden"
+            changed = kind.resources_changed
+            if not refused or changed is None or not changed(fresh, started):
+                raise
+            whose = kind.templates + ("'" if kind.templates.endswith("s") else "'s")
+            message = f"the API server refused to change {whose} resources: {err}"
+            raise RequestsRefusedError(who, message) from err
 
     await api.retrying(start)
 
@@ -66,53 +115,6 @@ async def stop_jobset(api: ApiObjects, jobset: Mapping[str, Any]) -> None:
             await api.transport.checked("PUT", path, obj=who, query=STRICT_QUERY, body=suspended)
 
     await api.retrying(stop)
-
-
-async def start_job(
-    api: ApiObjects,
-    job: Mapping[str, Any],
-    pod_sets: Sequence[PodSetStart],
-    *,
-    workload: str,
-    admission: int,
-) -> None:
-    """Unsuspend `job` with its podsets' placement and requests (`jobs.started_job`), one
-    write; a refused change of its resources is a RequestsRefusedError."""
-    job_name, namespace, path, who = _where(JOBS, job)
-    current: Mapping[str, Any] | None = job
-    classes = await runtime_overheads(api, job, pod_sets)
-
-    async def start() -> None:
-        nonlocal current
-        fresh = current if current is not None else await api.get(JOBS, job_name, namespace)
-        current = None  # a retry reads again
-        if jobs.is_suspended(fresh) and (fresh.get("status") or {}).get("startTime"):
-            fresh = await _clear_start_time(api, job_name, namespace)  # else no template change
-        try:
-            started = jobs.started_job(
-                fresh,
-                pod_sets,
-                workload=workload,
-                admission=admission,
-                runtime_classes=classes,
-            )
-        except ResizeError as err:
-            message = f"its pod template cannot ask for the admitted requests: {err}"
-            raise RequestsRefusedError(who, message) from None
-        if started is None:
-            return
-        # One write: the new requests and the unsuspend together (KEP-5440's advice), so
-        # a refusal leaves the Job suspended as it was, never running with other requests.
-        try:
-            await api.transport.checked("PUT", path, obj=who, query=STRICT_QUERY, body=started)
-        except ClusterError as err:
-            refused = isinstance(err, InvalidObjectError) or err.reason == "Forbidden"
-            if not refused or not jobs.resources_changed(fresh, started):
-                raise
-            message = f"the API server refused to change its pod template's resources: {err}"
-            raise RequestsRefusedError(who, message) from err
-
-    await api.retrying(start)
 
 
 async def stop_job(api: ApiObjects, job: Mapping[str, Any]) -> None:

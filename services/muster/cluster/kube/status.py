@@ -15,6 +15,11 @@ part of the merge patch: when what muster wants of it changes (`ChecksWanted`: t
 reservation requires, the last eviction), the write reads the object first and sends the list
 with the entries muster adds or resets, under the object's resourceVersion (a controller's
 write in between makes it 409, read again and retried): nobody's entry is ever overwritten.
+
+A Workload's `status.clusterName` is immutable once set (Kueue's CRD; it may be unset, then set
+anew): a move between workers is written as an unset, then the new worker. A writer that does
+not know what is stored (restarted, or after a refusal) learns it from the refusal: it reads the
+object, and when the stored clusterName names another worker, writes the unset first.
 """
 
 from __future__ import annotations
@@ -136,6 +141,13 @@ def completed_conditions(
     return out
 
 
+def _moves_cluster(previous: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """Whether `status` names another worker than the written `previous` did (a Workload's
+    status.clusterName, both set)."""
+    was, now = previous.get("clusterName"), status.get("clusterName")
+    return bool(was and now and was != now)
+
+
 class StatusWriter:
     """Coalescing, rate-limited status writes for Kueue objects (see the module docstring).
 
@@ -251,6 +263,12 @@ class StatusWriter:
                 previous.get("conditions", ()),
                 now=format_time(self._clock()),
             )
+        if _moves_cluster(previous, status):
+            # Kueue's CRD: clusterName is immutable once set, though it may be unset (an
+            # eviction does) and set anew. Desires that coalesced from one worker to another
+            # are written in two: unset now, the new worker next (a newer desire wins).
+            self._desired.setdefault(ref, desired)
+            status = {f: v for f, v in status.items() if f != "clusterName"}
         checks_due = checks is not None and checks != self._checks_written.get(ref)
         if ref in self._written and status == previous and not checks_due:
             self.stats.skipped += 1
@@ -279,6 +297,12 @@ class StatusWriter:
                 paced=False,  # this writer's own bucket paced it
             )
         except (NotFoundError, InvalidObjectError) as err:
+            if isinstance(err, InvalidObjectError) and await self._relearn_cluster(
+                ref, path, status, previous
+            ):
+                self.stats.retries += 1
+                self._desired.setdefault(ref, desired)  # through no cluster (a newer desire wins)
+                return None
             log.warning("dropping the status of %s: %s", ref, err)
             self.stats.dropped += 1
             self._written.pop(ref, None)
@@ -300,6 +324,29 @@ class StatusWriter:
             self._checks_written[ref] = checks
         self.stats.writes += 1
         return None
+
+    async def _relearn_cluster(
+        self, ref: ObjectRef, path: str, status: Mapping[str, Any], previous: Mapping[str, Any]
+    ) -> bool:
+        """After the server refused a write setting a Workload's clusterName: whether the
+        stored one names another worker than this writer last wrote (it restarted, or dropped
+        its record at an earlier refusal). If so, that worker becomes the record, so the
+        next write unsets it first, as Kueue's CRD requires (see `_moves_cluster`)."""
+        wanted = status.get("clusterName")
+        if ref.kind != "Workload" or not wanted:
+            return False
+        try:
+            current = await self._transport.checked("GET", path, obj=str(ref))
+        except ClusterError as err:
+            log.warning("reading the stored clusterName of %s: %s", ref, err)
+            return False
+        stored_status = current.get("status") if isinstance(current, Mapping) else None
+        stored = stored_status.get("clusterName") if isinstance(stored_status, Mapping) else None
+        if not isinstance(stored, str) or stored in ("", wanted, previous.get("clusterName")):
+            return False  # refused for another reason
+        log.info("%s names worker %s: unsetting it before naming %s", ref, stored, wanted)
+        self._written[ref] = {**previous, "clusterName": stored}
+        return True
 
     async def _add_checks(
         self, body: dict[str, Any], ref: ObjectRef, path: str, checks: ChecksWanted

@@ -4,7 +4,8 @@ clusterqueue,localqueue` show. Pure (no I/O, no clock); the watcher's status tas
 feeds it events and desires what changed.
 
 - Workload: conditions QuotaReserved, Admitted, Evicted, Requeued, Finished (reason and
-  message as Kueue words them) and `admission` (ClusterQueue, podSetAssignments), from
+  message as Kueue words them), `admission` (ClusterQueue, podSetAssignments) and, under
+  MultiKueue, `clusterName` (the worker that admitted it, unset by any eviction), from
   `pending`, `quota_reserved`, `admitted`, `evicted`, `eviction_completed`, `requeued`,
   `finished` and `active_changed`: through an eviction as Kueue's workload controller and job
   reconciler write them (Evicted at once; the reservation cleared and Requeued set once the

@@ -9,11 +9,11 @@ from collections import Counter
 from typing import Any
 
 from muster.api.check_states import format_time as format_metav1_time
-from muster.api.model import AdmissionFairSharingConfig, ClusterQueue
+from muster.api.model import AdmissionFairSharingConfig, AdmissionMode, ClusterQueue
 from muster.api.wellknown import LOCAL_CLUSTER
 from muster.cluster.kube.resources import ObjectRef
 from muster.contracts.v1 import events_pb2 as pb
-from muster.core.admission_fair_sharing import AdmissionUsage
+from muster.core.admission_fair_sharing import AdmissionUsage, Amounts
 from muster.core.config_owners import ConfigOwners
 from muster.payloads import PayloadError, applied_document, applied_object
 from muster.watcher.kueue_status.cluster_queue import cluster_queue_status
@@ -67,78 +67,138 @@ class QueueBook:
         # A worker's queues of the same names: not ours. Its feed is this cluster's config
         # events only, so its MultiKueueClusters are the only ones it reads: they count.
         self._config_owners = ConfigOwners(manager=cluster or LOCAL_CLUSTER)
-        # Admission fair sharing (Kueue's Configuration): each LocalQueue's usage, and when an
-        # event last started or ended one of its runs (its lastUpdate).
+        # Admission fair sharing (Kueue's Configuration): each LocalQueue's usage, what its
+        # status shows (a sample: lastUpdate, consumedResources), when its next sample is due,
+        # the workloads whose entry penalty is not settled yet (reserved, not admitted), and
+        # the ClusterQueues that order by usage (only their workloads are priced and settled).
         self._fair = fair
         self._reclaimable_pods = reclaimable_pods  # Kueue's gate ReclaimablePods
         self._usage = AdmissionUsage()
-        self._usage_at: dict[tuple[str, str], float] = {}
+        self._shown: dict[tuple[str, str], tuple[float, Amounts]] = {}
+        self._due: dict[tuple[str, str], float] = {}
+        self._unsettled: dict[tuple[str, str], set[str]] = {}
+        self._usage_based: set[str] = set()
+        # Kueue reconciles no usage of a stopped LocalQueue or an inactive ClusterQueue's.
+        self._stopped: set[tuple[str, str]] = set()
+        self._inactive: set[str] = set()  # ClusterQueues, as admission's queue.status says
 
     def _resized(self, key: str, wl: WorkloadRecord, *, at_s: float) -> set[ObjectRef]:
         """Admission fair sharing: `wl`'s run holds what it holds now from `at_s` (a no-op
-        when it runs nowhere or holds that already)."""
+        when it runs nowhere or holds that already); its LocalQueue when a sample was taken."""
         fair = self._fair
         if fair is None or wl.state not in ("reserving", "admitted"):
             return set()
+        sampled = self._sample_before(
+            wl.local_queue, at_s, now=bool(self._unsettled.get(wl.local_queue))
+        )
         held = wl.held(reclaimable=self._reclaimable_pods)
         self._usage.resize(key, held, at_s=at_s, config=fair)
-        self._usage_at[wl.local_queue] = max(at_s, self._usage_at.get(wl.local_queue, at_s))
-        return {self._lq_ref(wl.local_queue)}
+        return {self._lq_ref(wl.local_queue)} if sampled else set()
 
     def _run(self, key: str, wl: WorkloadRecord, field: str, *, at_s: float) -> None:
         """Admission fair sharing: a run of `wl` starts at its quota_reserved (or admitted)
-        and ends when its quota is released, at the events' times, as admission counts it."""
+        and ends when its quota is released, at the events' times, as admission counts it.
+
+        Its entry penalty is unsettled from a quota_reserved that waits for admission checks
+        until its admitted (or its end); Kueue's scheduler pushes it at the reservation, its
+        workload controller settles it on the transition into Admitted (updateAfsConsumedUsage,
+        which restarts the LocalQueue's decay clock: its next sample is due an interval
+        later) or drops it (reconcileAfsPenaltiesOnUpdate: finished, deleted, deactivated).
+        Only in a ClusterQueue that orders by usage; elsewhere no penalty is priced."""
         fair = self._fair
         if fair is None:
             return
-        book, local_queue = self._usage, "/".join(wl.local_queue)
+        lq = wl.local_queue
+        cluster_queue = (wl.admission or {}).get("clusterQueue") or self._local_queues.get(lq)
+        usage_based = cluster_queue in self._usage_based
+        pushed = field == "quota_reserved" and usage_based and wl.state == "reserving"
+        unsettled = self._unsettled.setdefault(lq, set())
+        settles = field == "admitted" and usage_based and wl.state == "admitted"
+        others = unsettled - {key} if settles else unsettled
+        self._sample_before(lq, at_s, now=pushed or bool(others))
+        book, local_queue = self._usage, "/".join(lq)
         if field in ("quota_reserved", "admitted") and wl.state in ("reserving", "admitted"):
             held = wl.held(reclaimable=self._reclaimable_pods)
-            book.start(key, local_queue, held, at_s=at_s, config=fair)
+            book.start(key, local_queue, held, at_s=at_s, config=fair, penalized=usage_based)
         elif field in (EVICTION_COMPLETED, "finished", "deleted"):
             book.stop(key, at_s=at_s, config=fair)
             if field != EVICTION_COMPLETED:
                 book.retire(key, config=fair)
-        else:
-            return
-        self._usage_at[wl.local_queue] = max(at_s, self._usage_at.get(wl.local_queue, at_s))
+        if pushed:
+            unsettled.add(key)
+        elif settles:
+            unsettled.discard(key)
+            self._due[lq] = max(self._due.get(lq, at_s), at_s + fair.usage_sampling_interval_s)
+        elif field in ("finished", "deleted") or wl.state == "inactive":
+            unsettled.discard(key)
+
+    def _sample_before(self, lq: tuple[str, str], at_s: float, *, now: bool) -> bool:
+        """Before an event of one of `lq`'s workloads at `at_s` changes its usage: the sample
+        due by then; or, `now`, one at `at_s` (Kueue's LocalQueue controller samples at every
+        reconcile while an entry penalty is unsettled, Reconcile's HasPendingPenalty; its
+        status leaves unsettled penalties out, as this sample, taken before the event starts a
+        run, does). Whether it changed what the status shows."""
+        if now and lq in self._due and self._samples(lq):
+            return self._take_sample(lq, at_s)
+        return self._sample_due(lq, at_s)
 
     def sample(self, now_s: float) -> set[ObjectRef]:
-        """Re-sample the LocalQueues' admission fair sharing status at the last tick of the
-        `usageSamplingInterval` grid at or before `now_s`; the LocalQueues it changed.
+        """The LocalQueues whose admission fair sharing sample is due by `now_s`, sampled
+        (`_sample_due`)."""
+        return {self._lq_ref(lq) for lq in sorted(self._due) if self._sample_due(lq, now_s)}
 
-        Kueue's LocalQueue controller (pkg/controller/core/localqueue_controller.go, Reconcile
-        and reconcileConsumedUsage) writes every LocalQueue whose ClusterQueue is active once
-        per interval: consumedResources decayed to now, lastUpdate now. Ticks on one grid
-        bound the writes to one per LocalQueue per interval however often this is called.
-        Differs from Kueue: a LocalQueue that has consumed nothing, and showed nothing, keeps
-        its lastUpdate (its status would say nothing new; thousands of idle queues would
-        otherwise cost a write each per interval)."""
+    def next_sample_s(self) -> float | None:
+        """When the next sample of a LocalQueue with its ClusterQueue is due (None: none)."""
+        dues = [due for lq, due in self._due.items() if self._samples(lq)]
+        return min(dues) if dues else None
+
+    def _samples(self, lq: tuple[str, str]) -> bool:
+        """Kueue's LocalQueue controller reconciles usage only of a LocalQueue not stopped
+        whose ClusterQueue is there and active (Reconcile returns before it otherwise, and
+        requeues nothing: reactivated, the ClusterQueue's event brings the next sample)."""
+        cluster_queue = self._local_queues.get(lq)
+        return (
+            cluster_queue in self._cluster_queues
+            and cluster_queue not in self._inactive
+            and lq not in self._stopped
+        )
+
+    def _sample_due(self, lq: tuple[str, str], now_s: float) -> bool:
+        """Sample `lq` at the last tick at or before `now_s` of its grid: every
+        `usageSamplingInterval` from its last sample or settlement, as Kueue's LocalQueue
+        controller requeues itself (pkg/controller/core/localqueue_controller.go, Reconcile:
+        RequeueAfter the interval less the time since the ledger's LastUpdate). The tick, not
+        `now_s`, so that every watcher writes the same status however late its timer fires.
+        Whether it changed what the status shows."""
+        due = self._due.get(lq)
+        if self._fair is None or due is None or due > now_s or not self._samples(lq):
+            return False
+        interval = self._fair.usage_sampling_interval_s
+        tick = due + math.floor((now_s - due) / interval) * interval if interval > 0 else now_s
+        return self._take_sample(lq, tick)
+
+    def _take_sample(self, lq: tuple[str, str], at_s: float) -> bool:
+        """Show `lq`'s usage decayed to `at_s` (reconcileConsumedUsage: consumedResources,
+        lastUpdate); the next sample is due an interval later. Differs from Kueue: a
+        LocalQueue that has consumed nothing, and showed nothing, keeps its lastUpdate (its
+        status would say nothing new; thousands of idle queues would otherwise cost a write
+        each per interval). Whether it changed what the status shows."""
         fair = self._fair
-        if fair is None or fair.usage_sampling_interval_s <= 0:
-            return set()
-        interval = fair.usage_sampling_interval_s
-        tick = math.floor(now_s / interval) * interval
-        refs: set[ObjectRef] = set()
-        for lq, cluster_queue in sorted(self._local_queues.items()):
-            was = self._usage_at.get(lq, 0.0)
-            if cluster_queue not in self._cluster_queues or was >= tick:
-                continue  # Kueue: not reconciled without its ClusterQueue; or sampled already
-            key = "/".join(lq)
-            shown = self._usage.consumed(key, now_s=was, config=fair)
-            if not shown and not self._usage.consumed(key, now_s=tick, config=fair):
-                continue
-            self._usage_at[lq] = tick
-            refs.add(self._lq_ref(lq))
-        return refs
+        assert fair is not None
+        shown = self._shown.get(lq)
+        if shown is not None:  # an event told late (another clock) moves no lastUpdate back
+            at_s = max(at_s, shown[0])
+        self._due[lq] = at_s + fair.usage_sampling_interval_s
+        consumed = self._usage.consumed("/".join(lq), now_s=at_s, config=fair)
+        if not consumed and (shown is None or not shown[1]):
+            return False
+        self._shown[lq] = (at_s, consumed)
+        return True
 
     def _fair_sharing_status(self, lq: tuple[str, str]) -> dict[str, Any]:
-        """Kueue's LocalQueue `fairSharing.admissionFairSharingStatus`, as of the last event
-        that changed its usage or the last sample, whichever is later (none yet: empty,
-        lastUpdate 0)."""
-        assert self._fair is not None
-        at_s = self._usage_at.get(lq, 0.0)
-        consumed = self._usage.consumed("/".join(lq), now_s=at_s, config=self._fair)
+        """Kueue's LocalQueue `fairSharing.admissionFairSharingStatus` as of its last sample
+        (none yet: empty, as of the LocalQueue's creation)."""
+        at_s, consumed = self._shown.get(lq, (0.0, {}))
         return {
             "admissionFairSharingStatus": {
                 "consumedResources": {
@@ -150,6 +210,10 @@ class QueueBook:
 
     def _queue_status(self, status: pb.ClusterQueueStatus) -> set[ObjectRef]:
         self._cluster_queues[status.name] = cluster_queue_status(status)
+        if status.active:
+            self._inactive.discard(status.name)
+        else:
+            self._inactive.add(status.name)
         return {ObjectRef(kind="ClusterQueue", name=status.name)}
 
     def _config(self, env: pb.Envelope) -> set[ObjectRef]:
@@ -165,23 +229,40 @@ class QueueBook:
             lq = split_key(name)
             if not applied:
                 self._local_queues.pop(lq, None)
-                self._usage_at.pop(lq, None)  # Kueue drops its usage with it
+                self._stopped.discard(lq)
+                for book in (self._shown, self._due, self._unsettled):
+                    book.pop(lq, None)  # Kueue drops its usage with it
                 self._usage.forget("/".join(kept) for kept in self._local_queues)
                 return set()
-            self._usage_at.setdefault(lq, env.time_unix_nano / 1e9)  # Kueue: lastUpdate, now
+            if self._fair is not None and lq not in self._shown:
+                # Kueue's first reconcile: nothing consumed, lastUpdate now.
+                created_s = env.time_unix_nano / 1e9
+                self._shown[lq] = (created_s, {})
+                self._due[lq] = created_s + self._fair.usage_sampling_interval_s
             try:
                 manifest = applied_document(env.config_applied)
             except PayloadError:  # admission dead-letters it; no ClusterQueue known here
                 manifest = {}
-            self._local_queues[lq] = str((manifest.get("spec") or {}).get("clusterQueue") or "")
+            spec = manifest.get("spec")
+            spec = spec if isinstance(spec, dict) else {}  # admission dead-letters it
+            self._local_queues[lq] = str(spec.get("clusterQueue") or "")
+            if spec.get("stopPolicy") in (None, "", "None"):
+                self._stopped.discard(lq)
+            else:
+                self._stopped.add(lq)
             return {self._lq_ref(lq)}
         if kind == "ClusterQueue":
+            cq = _cluster_queue_of(env.config_applied) if applied else None
+            self._usage_based.discard(name)
             if applied:
                 self._cluster_queues.setdefault(name, None)
-                self._cluster_queue_checks[name] = _named_checks(env.config_applied)
+                self._cluster_queue_checks[name] = _named_checks(cq)
+                if cq is not None and cq.admission_mode is AdmissionMode.USAGE_BASED:
+                    self._usage_based.add(name)
             else:
                 self._cluster_queues.pop(name, None)
                 self._cluster_queue_checks.pop(name, None)
+                self._inactive.discard(name)
             return {self._lq_ref(lq) for lq, cq in self._local_queues.items() if cq == name}
         return set()
 
@@ -227,13 +308,18 @@ class QueueBook:
         return ObjectRef(kind="LocalQueue", namespace=lq[0], name=lq[1])
 
 
-def _named_checks(applied: pb.ConfigApplied) -> frozenset[str]:
-    """The admission checks a ClusterQueue's manifest names; none when it is not valid
-    (admission dead-letters it, so no workload is reserved through it)."""
+def _cluster_queue_of(applied: pb.ConfigApplied) -> ClusterQueue | None:
+    """An applied ClusterQueue's manifest; None when it is not valid (admission dead-letters
+    it, so no workload is reserved through it)."""
     try:
         cq = applied_object(applied)
     except PayloadError:
-        return frozenset()
-    if not isinstance(cq, ClusterQueue):
+        return None
+    return cq if isinstance(cq, ClusterQueue) else None
+
+
+def _named_checks(cq: ClusterQueue | None) -> frozenset[str]:
+    """The admission checks a ClusterQueue names (none when its manifest is not valid)."""
+    if cq is None:
         return frozenset()
     return frozenset(rule.name for rule in cq.admission_checks)

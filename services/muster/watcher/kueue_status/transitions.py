@@ -162,6 +162,9 @@ def _evicted(wl: WorkloadRecord, payload: Any, *, at_s: float, granular: bool) -
     at once (its quota given back: nothing ran, or the back-off limit was reached)."""
     wl.evicted_at_s = at_s
     wl.answers.clear()  # reset with the others; the next reservation is answered anew
+    # Kueue's prepareForEviction (resetClusterNomination, pkg/workload/evict/evict.go): any
+    # eviction, a deactivation too, unsets clusterName at once, though the pods still stop.
+    wl.cluster_name = ""
     reason = payload.reason or "Evicted"
     if reason == DEACTIVATED_BY_ADMISSION:
         evicted = wl.conditions.get("Evicted", {})
@@ -206,7 +209,6 @@ def _requeued(wl: WorkloadRecord, payload: Any, *, granular: bool, held: bool) -
         _stopped(wl, granular=granular)  # no eviction_completed came (nothing ran)
     wl.state = "pending"
     wl.unadmit()
-    wl.cluster_name = ""
     if granular:  # as Kueue's workload controller resets it for the scheduler
         pending = (QUOTA_RESERVED, False, PENDING_EVALUATION, PENDING_EVALUATION_MESSAGE)
         wl.say([pending, NO_RESERVATION])

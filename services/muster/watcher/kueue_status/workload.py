@@ -63,7 +63,7 @@ class WorkloadRecord:
         self.checks: tuple[str, ...] | None = None  # None: no reservation ever required one
         self.evicted_at_s = 0.0  # when last evicted (event time)
         self.answers: dict[str, AnsweredCheck] = {}  # of checks admission answers (MultiKueue)
-        self.cluster_name = ""  # the worker cluster MultiKueue dispatched it to
+        self.cluster_name = ""  # the worker MultiKueue dispatched it to, until evicted
         # status.requeueState: PodsReadyTimeout evictions since it was last deactivated, and
         # from its eviction until it queues again, when it may (as admission counts and waits:
         # core/lifecycle.py); `retry_at_s`, a check's Retry's end, until its eviction.
