@@ -9,6 +9,8 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from budget import wait_s
+
 from muster.cluster.backend import ClusterChange, Selection
 from muster.cluster.kube import Backoff, KubeBackend, KubeConfig, WatchSettings, floor_of
 from muster.devtools.apiserver import ApiServer
@@ -75,10 +77,15 @@ class ChangeLog:
             self._arrived.set()
 
     async def wait_for(
-        self, predicate: Callable[[ClusterChange], bool], *, timeout_s: float = 5.0, start: int = 0
+        self,
+        predicate: Callable[[ClusterChange], bool],
+        *,
+        timeout_s: float | None = None,
+        start: int = 0,
     ) -> ClusterChange:
-        """The first change from index `start` on that matches, waiting for it if need be."""
-        async with asyncio.timeout(timeout_s):
+        """The first change from index `start` on that matches, waiting for it if need be
+        (`timeout_s` None: the rest of the test's time, `tests/budget.py`)."""
+        async with asyncio.timeout(wait_s(timeout_s)):
             index = start
             while True:
                 while index < len(self.changes):
@@ -88,9 +95,9 @@ class ChangeLog:
                 self._arrived.clear()
                 await self._arrived.wait()
 
-    async def wait_progress(self, revision: int, *, timeout_s: float = 5.0) -> None:
+    async def wait_progress(self, revision: int, *, timeout_s: float | None = None) -> None:
         """Return once `on_progress` has reported `revision` (or later)."""
-        async with asyncio.timeout(timeout_s):
+        async with asyncio.timeout(wait_s(timeout_s)):
             while self.progress < revision:
                 self._arrived.clear()
                 await self._arrived.wait()
@@ -99,7 +106,7 @@ class ChangeLog:
         """Return once the watch reports progress past every write made before the call (for a
         selection without Namespaces, where `barrier` cannot create one to wait for)."""
         target = await backend.current_revision()
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(wait_s(None)):
             while self.progress < target:
                 server.send_bookmarks()
                 with contextlib.suppress(TimeoutError):

@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import queue
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import urllib3
+from budget import wait_s
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel
@@ -172,6 +174,20 @@ def workload(name: str, *, queue: str = "lq", version: str = "v1beta1") -> dict[
     }
 
 
+def until(check: Callable[[], T | None], *, timeout_s: float | None = None) -> T:
+    """The first truthy `check()`, asked every 10 ms until `timeout_s` (None: the rest of the
+    test's time, `tests/budget.py`): a threaded stand-in's controllers run on its own thread
+    after a request is answered, so a read may come before them."""
+    timeout_s = wait_s(timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = check()
+        if found or time.monotonic() > deadline:
+            assert found, f"not so after {timeout_s:g}s: {found!r}"
+            return found
+        time.sleep(0.01)
+
+
 END = "END"  # what WatchThread yields when the stream ended cleanly
 
 
@@ -203,11 +219,12 @@ class WatchThread:
         else:
             self._items.put(END)
 
-    def next(self, timeout_s: float = 5.0) -> Any:
-        """The next event dict, END, or the exception that ended the stream."""
-        return self._items.get(timeout=timeout_s)
+    def next(self, timeout_s: float | None = None) -> Any:
+        """The next event dict, END, or the exception that ended the stream (waiting at most
+        `timeout_s`; None: the rest of the test's time, `tests/budget.py`)."""
+        return self._items.get(timeout=wait_s(timeout_s))
 
-    def events(self, count: int, timeout_s: float = 5.0) -> list[dict[str, Any]]:
+    def events(self, count: int, timeout_s: float | None = None) -> list[dict[str, Any]]:
         found = [self.next(timeout_s) for _ in range(count)]
         for item in found:
             if not isinstance(item, dict):

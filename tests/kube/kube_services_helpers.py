@@ -301,19 +301,48 @@ class Events:
             raise AssertionError(f"following the events ended: {error!r}") from error
 
     def of(self, workload: str, event_type: str | None = None) -> list[pb.Envelope]:
+        """What has been followed so far: may lag what a service has already acted on (read
+        in a wait's check; after one, `told`)."""
         return [
             e
             for e in self.seen
             if e.workload == workload and (event_type is None or e.type == event_type)
         ]
 
+    async def caught_up(self) -> None:
+        """Return once every envelope stored before the call has been followed. The follower
+        is one more reader of the stream: a status that a service wrote for an event can be
+        read from the API server before the follower has that event."""
+        target = await self._bus.last_sequence(EVENTS_STREAM)
+
+        async def followed() -> bool:
+            return bool(self.seen) and self.seen[-1].sequence >= target
+
+        if target:
+            await eventually(followed)
+
+    async def told(self, workload: str, event_type: str | None = None) -> list[pb.Envelope]:
+        """`of` once caught up: every event published before the call, for reading after a
+        wait for an object's state (which a service wrote after the events behind it)."""
+        await self.caught_up()
+        return self.of(workload, event_type)
+
     async def wait_for(
         self, workload: str, event_type: str, *, timeout_s: float | None = None
     ) -> None:
-        async def seen() -> bool:
-            return bool(self.of(workload, event_type))
+        await self.arrived(workload, event_type, timeout_s=timeout_s)
 
-        await eventually(seen, timeout_s=timeout_s)
+    async def arrived(
+        self, workload: str, event_type: str, count: int = 1, *, timeout_s: float | None = None
+    ) -> list[pb.Envelope]:
+        """`of(workload, event_type)` once it holds `count` events (a list asserted whole
+        must not be read while the last of them is still on its way)."""
+
+        async def enough() -> list[pb.Envelope] | None:
+            found = self.of(workload, event_type)
+            return found if len(found) >= count else None
+
+        return await eventually(enough, timeout_s=timeout_s)
 
 
 class Stack:
@@ -497,14 +526,24 @@ async def status_when(
         raise AssertionError(f"{kind}/{name} status never had {expected}: {seen[0]}") from None
 
 
+async def object_when(
+    kubectl: Kubectl, kind: str, name: str, namespace: str, type_: str, status: str
+) -> dict[str, Any]:
+    """The object once its condition `type_` has `status`: read the rest of its status from
+    it, not from an earlier read (a status written apart from the pods and Jobs a test waits
+    for, by the watcher, may come after them)."""
+
+    async def holds() -> dict[str, Any] | None:
+        found = await kubectl.get(kind, name, namespace)
+        return found if condition(found, type_).get("status") == status else None
+
+    return await eventually(holds)
+
+
 async def condition_when(
     kubectl: Kubectl, kind: str, name: str, namespace: str, type_: str, status: str
 ) -> dict[str, Any]:
-    async def holds() -> dict[str, Any] | None:
-        found = condition(await kubectl.get(kind, name, namespace), type_)
-        return found if found.get("status") == status else None
-
-    return await eventually(holds)
+    return condition(await object_when(kubectl, kind, name, namespace, type_, status), type_)
 
 
 async def job_when(kubectl: Kubectl, namespace: str, name: str, *, suspended: bool) -> Any:

@@ -169,7 +169,7 @@ class MultiKueueStack:
             self.check_alive()
             return all(h.serving for h in healths)
 
-        await eventually(serving, timeout_s=20.0)
+        await eventually(serving)
 
     async def stop_services(self, cluster: str) -> None:
         own = self.clusters[cluster]

@@ -5,12 +5,11 @@ controller makes for `spec.scheduling`), stop them on suspend and complete."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import pytest
-from kube_helpers import api_client, as_json, as_model, job, present, status_of
+from kube_helpers import api_client, as_json, as_model, job, present, status_of, until
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -18,18 +17,6 @@ from muster.devtools.apiserver import ApiServer, ThreadedApiServer, default_reso
 
 T = TypeVar("T")
 GROUP = "scheduling.k8s.io"
-
-
-def until(check: Callable[[], T | None], *, timeout_s: float = 5.0) -> T:
-    """The first truthy `check()`: the stand-in's controllers run right after a request, on
-    its own thread, so a read may come before them."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = check()
-        if found or time.monotonic() > deadline:
-            assert found, f"not so after {timeout_s:g}s: {found!r}"
-            return found
-        time.sleep(0.01)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from budget import wait_s
 from kube_backend_helpers import backend_for, job
 from kube_helpers import cluster_queue
 
@@ -235,12 +236,14 @@ async def test_a_queued_job_gets_a_workload_owned_by_it(
 async def test_status_writes_are_not_held_back_by_the_binder_write_rate(
     server: ApiServer, backend: KubeBackend
 ) -> None:
-    async with backend_for(server, write_qps=1.0, write_burst=1) as slow:
+    # One write per 100 s: five held back by it would take 400 s, far past the test's time,
+    # while the flush's bound is what a loaded machine needs (no race with a few seconds).
+    async with backend_for(server, write_qps=0.01, write_burst=1) as slow:
         for i in range(5):  # the fixture's backend is not throttled
             await backend.apply(cluster_queue(f"q{i}"))
         statuses = writer(slow, qps=0.0)
         for i in range(5):
             statuses.desire(ObjectRef(kind="ClusterQueue", name=f"q{i}"), queue_status(i))
-        await statuses.flush(timeout_s=3.0)  # five writes at 1 QPS would take four seconds
+        await statuses.flush(timeout_s=wait_s(None))
         await statuses.close()
     assert status_writes(server) == 5

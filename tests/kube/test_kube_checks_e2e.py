@@ -122,7 +122,7 @@ async def check_when(
         at = entry.get("state") == state and entry.get("retryCount", 0) == retries
         return wl if at and (reserved or state != "Pending") else None
 
-    return await eventually(reached, timeout_s=20.0)
+    return await eventually(reached)
 
 
 def answers_told(events: Events, name: str) -> list[str]:
@@ -193,7 +193,7 @@ async def test_a_check_controllers_answers_admit_requeue_and_deactivate(tmp_path
         # Retry: evicted, requeued, reserved again with the check reset to Pending (one retry
         # counted); Ready then admits it.
         await answer(kubectl, names["retry"], "Retry", "over budget for now")
-        await events.wait_for(f"ml/{names['retry']}", "workload.requeued", timeout_s=20)
+        await events.wait_for(f"ml/{names['retry']}", "workload.requeued")
         evicted = [e.evicted for e in events.of(f"ml/{names['retry']}", "workload.evicted")]
         assert [e.reason for e in evicted] == ["AdmissionCheck"]
         reset = check_of(await check_when(kubectl, names["retry"], state="Pending", retries=1))
@@ -232,7 +232,7 @@ async def test_a_check_controllers_answers_admit_requeue_and_deactivate(tmp_path
         async def reset_told() -> bool:
             return len(answers_told(events, names["rejected"])) >= 2
 
-        await eventually(reset_told, timeout_s=20)
+        await eventually(reset_told)
         told = {  # each answer told admission once, whatever the faults
             job: answers_told(events, n) for job, n in names.items()
         }
@@ -262,7 +262,7 @@ async def test_answers_after_admission_stop_the_running_job(tmp_path: Path) -> N
 
         await answer(kubectl, names["retry"], "Retry", "capacity revoked", requeueAfterSeconds=1)
         key = f"ml/{names['retry']}"
-        await events.wait_for(key, "workload.requeued", timeout_s=20)
+        await events.wait_for(key, "workload.requeued")
         (evicted,) = [e.evicted for e in events.of(key, "workload.evicted")]
         assert (evicted.reason, evicted.message) == (
             "AdmissionCheck",

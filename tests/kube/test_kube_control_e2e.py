@@ -104,7 +104,7 @@ async def test_stop_resume_and_delete_write_into_the_api_server(tmp_path: Path) 
         await job_when(kubectl, "ml", "tune", suspended=False)
         changes = [
             e.active_changed.active
-            for e in stack.events.of(f"ml/{tune}", "workload.active_changed")
+            for e in await stack.events.told(f"ml/{tune}", "workload.active_changed")
         ]
         assert changes == [False, True]
 

@@ -60,7 +60,7 @@ async def test_a_checks_conflicting_update_finishes_the_workload_failed_to_start
             f'{words} (podset "main")'
         )
         assert (await kubectl.get("Job", "clash", "ml") or {})["spec"]["suspend"] is True
-        (told,) = [e.finished for e in events.of(f"ml/{name}", "workload.finished")]
+        (told,) = [e.finished for e in await events.told(f"ml/{name}", "workload.finished")]
         assert (told.succeeded, told.reason) == (False, "FailedToStart")
 
 

@@ -12,6 +12,7 @@ from collections.abc import AsyncGenerator
 
 import pytest
 from away_watch import AwayWatch, running_cache
+from budget import wait_s
 from kube_backend_helpers import ChangeLog, node, pod
 
 from muster.cluster.backend import ClusterChange
@@ -46,7 +47,7 @@ async def test_a_resume_whose_revision_expired_ends_expired_for_a_reader_that_li
 
 
 async def drained(changes: AsyncGenerator[ClusterChange, None]) -> None:
-    async with asyncio.timeout(20), contextlib.aclosing(changes):
+    async with asyncio.timeout(wait_s(None)), contextlib.aclosing(changes):
         async for _ in changes:
             pass
 
@@ -62,12 +63,12 @@ async def test_a_pod_deleted_in_an_expired_gap_is_dropped_by_gangpermits_cache(
 
         away.away.set()
         await backend.apply(node("n2"))  # a change: the watch fails at it
-        await asyncio.wait_for(away.failed.wait(), 20)
+        await asyncio.wait_for(away.failed.wait(), wait_s(None))
         await backend.delete("Pod", "ghost", namespace="default")
         server.compact()  # the deletion is gone from history: resuming gets 410
         away.away.clear()
 
-        await cache.sync(timeout_s=20)
+        await cache.sync(timeout_s=wait_s(None))
 
         assert GHOST not in state.pods
         assert cache.relists == 1

@@ -264,5 +264,6 @@ async def test_muster_submit_creates_the_example_jobset_and_it_is_admitted(
         started = await suspended_when(stack.kubectl, "sample-jobset", False)
         assert [rj["name"] for rj in started["spec"]["replicatedJobs"]] == ["driver", "workers"]
         # Submitted by the watcher from the API server, never by the gateway on NATS alone.
+        await stack.events.caught_up()
         sources = {e.source for e in stack.events.seen if e.type == "workload.submitted"}
         assert sources == {"watcher/local"}

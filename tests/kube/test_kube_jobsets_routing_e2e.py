@@ -35,7 +35,7 @@ async def light_when(stack: Stack, *, suspended: bool) -> dict[str, Any]:
         js = await get_jobset(stack.kubectl, "light", namespace="sd")
         return js if js is not None and js["spec"]["suspend"] is suspended else None
 
-    return await eventually(check, timeout_s=30)
+    return await eventually(check)
 
 
 async def test_a_jobset_routed_to_its_alternative_runs_on_that_queues_nodes(
@@ -65,7 +65,7 @@ async def test_a_jobset_routed_to_its_alternative_runs_on_that_queues_nodes(
             ]
             return pods if len(pods) == 2 else None
 
-        pods = await eventually(bound, timeout_s=30)
+        pods = await eventually(bound)
         assert {p["spec"]["nodeName"] for p in pods} == {"cpu-node"}
 
         # Preempted on the CPU queue by an urgent Job: suspended, its templates as written.

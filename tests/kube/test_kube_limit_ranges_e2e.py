@@ -16,6 +16,7 @@ from kube_services_helpers import (
     condition,
     eventually,
     job_when,
+    object_when,
     pods_bound,
     running_stack,
     workload_of_job,
@@ -57,7 +58,7 @@ async def test_a_jobs_workload_is_charged_and_bounded_by_its_namespaces_limit_ra
             wl = await kubectl.get("Workload", plain, "ml")
             return wl if ((wl or {}).get("status") or {}).get("admission") else None
 
-        wl = await eventually(admitted, timeout_s=30.0)
+        wl = await eventually(admitted)
         (assignment,) = wl["status"]["admission"]["podSetAssignments"]
         assert assignment["resourceUsage"] == {"cpu": "12"}  # 3 pods of the 4-cpu default
 
@@ -65,7 +66,7 @@ async def test_a_jobs_workload_is_charged_and_bounded_by_its_namespaces_limit_ra
             wl = await kubectl.get("Workload", over, "ml")
             return wl if condition(wl, "QuotaReserved").get("reason") == "Misconfigured" else None
 
-        refused = await eventually(held, timeout_s=30.0)
+        refused = await eventually(held)
         assert condition(refused, "QuotaReserved")["status"] == "False"
         assert condition(refused, "QuotaReserved")["message"] == (
             "resources validation failed: spec.podSets[0].template.spec.containers[0]: cpu "
@@ -91,8 +92,8 @@ async def test_a_jobs_pods_request_the_default_and_are_placed_by_it(tmp_path: Pa
         await kubectl.apply(job("wide", parallelism=2))
         name = (await workload_of_job(kubectl, "ml", "wide"))["metadata"]["name"]
         started = await job_when(kubectl, "ml", "wide", suspended=False)
-        wl = await kubectl.get("Workload", name, "ml")
-        assert wl is not None
+        # The binder starts the Job; the watcher writes the Workload's status apart from it.
+        wl = await object_when(kubectl, "Workload", name, "ml", "Admitted", "True")
         (assignment,) = wl["status"]["admission"]["podSetAssignments"]
         assert assignment["resourceUsage"] == {"cpu": "20"}
 

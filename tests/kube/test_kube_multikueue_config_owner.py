@@ -58,16 +58,12 @@ async def test_a_workers_own_queues_of_the_managers_names_change_nothing(
 
         # West's watcher publishes its ClusterQueue (events are handled in stream order: the
         # Job's, after it, are decided with it refused), then its deletion.
-        await eventually(
-            lambda: published("ClusterQueue", "global", "config.applied"), timeout_s=20
-        )
+        await eventually(lambda: published("ClusterQueue", "global", "config.applied"))
         await asyncio.to_thread(
             west.custom.delete_cluster_custom_object,
             "kueue.x-k8s.io", "v1beta1", "clusterqueues", "global",
         )  # fmt: skip
-        await eventually(
-            lambda: published("ClusterQueue", "global", "config.deleted"), timeout_s=20
-        )
+        await eventually(lambda: published("ClusterQueue", "global", "config.deleted"))
         await stack.manager.kubectl.apply(JOB)
         wl = (await workload_of_job(stack.manager.kubectl, NAMESPACE, "train"))["metadata"]
         check = await check_of(stack.manager.kubectl, wl["name"], "Ready")

@@ -83,7 +83,7 @@ async def jobset_status(kubectl: Kubectl, name: str, **counts: int) -> dict[str,
                 return None
         return status
 
-    return await eventually(has, timeout_s=20)
+    return await eventually(has)
 
 
 async def gone(kubectl: Kubectl) -> bool:
@@ -129,7 +129,7 @@ async def test_a_multikueue_jobset_runs_in_a_worker_is_stopped_there_and_finishe
         await patch_active(manager, NAMESPACE, wl, False)
         await status_of(manager, wl, Evicted="True")
 
-        await eventually(lambda: gone(east.kubectl), timeout_s=20)
+        await eventually(lambda: gone(east.kubectl))
         await jobset_status(manager, "train", active=0, ready=0)
         # Its quota given back once east's pods are gone; until the manager shows that, it
         # still shows Admitted True in east, which a readmission's status must not be taken for.
@@ -147,7 +147,7 @@ async def test_a_multikueue_jobset_runs_in_a_worker_is_stopped_there_and_finishe
         assert condition({"status": done}, "Completed")["status"] == "True"
         finished = await status_of(manager, wl, Finished="True")
         assert condition(finished, "Finished")["reason"] == "Succeeded"
-        await eventually(lambda: gone(there.kubectl), timeout_s=20)
+        await eventually(lambda: gone(there.kubectl))
         assert await gone(stack.clusters["east" if there.name == "west" else "west"].kubectl)
 
 
@@ -184,7 +184,7 @@ async def test_a_worker_without_the_jobset_crd_refuses_the_copy_saying_so_and_we
         await create(manager, managed_jobset())
         wl = await workload_of(manager, "train")
 
-        await stack.events.wait_for(f"{NAMESPACE}/{wl}", "workload.gang_rejected", timeout_s=30)
+        await stack.events.wait_for(f"{NAMESPACE}/{wl}", "workload.gang_rejected")
         (rejected,) = stack.events.of(f"{NAMESPACE}/{wl}", "workload.gang_rejected")
         assert rejected.gang_rejected.message == (
             f"cluster east: JobSet/{NAMESPACE}/train: the JobSet CRD "
@@ -195,7 +195,7 @@ async def test_a_worker_without_the_jobset_crd_refuses_the_copy_saying_so_and_we
             message = str((await check_of(manager, wl, "Ready"))["message"])
             return message if message.startswith("dispatched to cluster west") else None
 
-        assert await eventually(sent_west, timeout_s=30) == (
+        assert await eventually(sent_west) == (
             "dispatched to cluster west: the first listed with room; not east: refused it "
             f"({rejected.gang_rejected.message})"
         )
@@ -223,7 +223,7 @@ async def test_a_jobset_deleted_on_the_manager_mid_copy_leaves_no_copy_and_nothi
         async def copying() -> bool:
             return creates(500) > 0
 
-        await eventually(copying, timeout_s=30)  # mid-copy: east refused a create
+        await eventually(copying)  # mid-copy: east refused a create
         await asyncio.to_thread(
             manager.custom.delete_namespaced_custom_object,
             "jobset.x-k8s.io", "v1alpha2", NAMESPACE, "jobsets", "train",
@@ -232,11 +232,15 @@ async def test_a_jobset_deleted_on_the_manager_mid_copy_leaves_no_copy_and_nothi
         async def copied_late() -> bool:
             return creates(201) > 0
 
-        await eventually(copied_late, timeout_s=30)
-        await eventually(lambda: gone(east.kubectl), timeout_s=30)
-        assert await manager.get("Workload", wl, NAMESPACE) is None
+        await eventually(copied_late)
+        await eventually(lambda: gone(east.kubectl))
+
+        async def workload_gone() -> bool:  # its own deletion, apart from the copy's
+            return await manager.get("Workload", wl, NAMESPACE) is None
+
+        await eventually(workload_gone)
 
         # Submitted again: admitted, copied and bound, as if the first had never been.
         await create(manager, managed_jobset())
         again = f"{NAMESPACE}/{await workload_of(manager, 'train')}"
-        await stack.events.wait_for(again, "workload.bound", timeout_s=60)
+        await stack.events.wait_for(again, "workload.bound")

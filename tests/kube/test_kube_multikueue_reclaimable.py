@@ -59,8 +59,8 @@ async def test_a_pod_that_succeeded_in_a_worker_gives_its_quota_back_on_the_mana
             listed: list[dict[str, Any]] = (found.get("status") or {}).get("reclaimablePods") or []
             return listed or None
 
-        assert await eventually(reclaimable, timeout_s=30) == [{"name": "main", "count": 1}]
-        told = [e.cluster for e in stack.events.of(key, "workload.reclaimable_pods")]
+        assert await eventually(reclaimable) == [{"name": "main", "count": 1}]
+        told = [e.cluster for e in await stack.events.told(key, "workload.reclaimable_pods")]
         assert told == [MANAGER]  # from the manager's Job: the worker's copy tells nothing
         # The cpu of the pod that succeeded (3 + 5 cpu) admits the Job that waited for it.
         await status_of(manager, waiting, QuotaReserved="True")

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import copy
 import json
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
-from kube_helpers import api_client, as_model, job, present, status_of
+from kube_helpers import api_client, as_model, job, present, status_of, until
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -235,15 +234,6 @@ def batch() -> Iterator[client.BatchV1Api]:
         api = api_client(server.url)
         yield client.BatchV1Api(api)
         api.close()  # type: ignore[no-untyped-call]  # the client has no hints here
-
-
-def until(check: Callable[[], Any], timeout_s: float = 5.0) -> Any:
-    """`check()` once true: the stand-in's Job controller reconciles on its own thread."""
-    deadline = time.monotonic() + timeout_s
-    while not (found := check()):
-        assert time.monotonic() < deadline, "not so in time"
-        time.sleep(0.01)
-    return found
 
 
 def managed(name: str = "train") -> dict[str, Any]:

@@ -87,6 +87,6 @@ async def test_a_bare_workloads_pods_are_created_on_their_nodes_and_a_jobs_are_b
         started = await job_when(kubectl, "team-a", "sample-job-team-a", suspended=False)
         job_pods = await kubectl.run_job_pods(started)
         assert await pods_bound(kubectl, "team-a", job_pods) == ["node-3"] * 3
-        [job_permit] = events.of(f"team-a/{wl}", "workload.gang_permitted")
+        [job_permit] = await events.told(f"team-a/{wl}", "workload.gang_permitted")
         assert not job_permit.gang_permitted.create
         assert server.requests.count(verb="create", path="/pods/[^/]+/binding$") == 3

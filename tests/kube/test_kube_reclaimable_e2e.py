@@ -59,7 +59,7 @@ async def test_a_jobs_succeeded_pods_are_its_workloads_reclaimable_pods(tmp_path
         assert condition(wl, "QuotaReserved")["status"] == "True"
         assert wl["status"]["admission"]["clusterQueue"] == "cq"
         key = f"ml/{name}"
-        told = stack.events.of(key, "workload.reclaimable_pods")
+        told = await stack.events.told(key, "workload.reclaimable_pods")
         assert [[(p.pod_set, p.count) for p in e.reclaimable_pods.pods] for e in told] == [
             [("main", 1)],
             [("main", 2)],

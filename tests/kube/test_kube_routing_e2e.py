@@ -17,6 +17,7 @@ from kube_services_helpers import (
     condition_when,
     eventually,
     job_when,
+    object_when,
     running_stack,
     workload_of_job,
 )
@@ -167,14 +168,13 @@ async def running_pod(stack: Stack, job: str) -> dict[str, Any]:
                 return pod
         return None
 
-    return await eventually(bound, timeout_s=20)
+    return await eventually(bound)
 
 
-async def routed_to(stack: Stack, key: str) -> list[str]:
-    async def seen() -> list[str]:
-        return [e.routed.to_cluster_queue for e in stack.events.of(key, "workload.routed")]
-
-    return await eventually(seen)
+async def routed_to(stack: Stack, key: str, count: int = 1) -> list[str]:
+    """Where `key` was routed, once it was `count` times."""
+    told = await stack.events.arrived(key, "workload.routed", count)
+    return [e.routed.to_cluster_queue for e in told]
 
 
 async def busy_gpu_then_light(stack: Stack, *, light: str = LIGHT, more: str = "") -> str:
@@ -221,7 +221,7 @@ async def test_a_light_gpu_job_routed_to_cpu_runs_there_without_a_gpu_and_gets_i
             found = await kubectl.get("Job", "light", "sd")
             return found if found and resources(found) == WRITTEN else None
 
-        suspended = await eventually(restored, timeout_s=20)
+        suspended = await eventually(restored)
         assert suspended["spec"]["suspend"] is True
         assert "nodeSelector" not in suspended["spec"]["template"]["spec"]
         await job_when(kubectl, "sd", "urgent", suspended=False)
@@ -245,7 +245,7 @@ async def test_a_cluster_that_refuses_the_rewrite_keeps_the_job_on_its_queue_and
         assert evicted["reason"] == "RequestsRefused"
         assert "refused to change its pod template's resources" in evicted["message"]
         assert "Job/sd/light" in evicted["message"]
-        assert await routed_to(stack, key) == ["cpu", "gpu"]
+        assert await routed_to(stack, key, 2) == ["cpu", "gpu"]
 
         # Pending on its declared queue while the GPU job holds the quota, with Kueue's reason.
         async def waiting() -> dict[str, Any] | None:
@@ -265,10 +265,8 @@ async def test_a_cluster_that_refuses_the_rewrite_keeps_the_job_on_its_queue_and
         pod = await running_pod(stack, "light")
         assert pod["spec"]["nodeName"] == "gpu-node"
         assert pod["spec"]["containers"][0]["resources"] == WRITTEN
-        stored = await kubectl.get("Workload", name, "sd")
-        assert stored is not None
+        stored = await object_when(kubectl, "Workload", name, "sd", "Admitted", "True")
         assert stored["status"]["admission"]["clusterQueue"] == "gpu"
-        assert condition(stored, "Admitted")["status"] == "True"
 
 
 async def test_a_routed_job_in_a_runtime_class_asks_its_containers_for_the_rest(
@@ -286,8 +284,7 @@ async def test_a_routed_job_in_a_runtime_class_asks_its_containers_for_the_rest(
         pod = await running_pod(stack, "light")
         assert pod["spec"]["overhead"] == {"cpu": "500m"}
         assert requests_of(pod["spec"]) == {"cpu": 4000}
-        stored = await kubectl.get("Workload", key.split("/")[1], "sd")
-        assert stored is not None
+        stored = await object_when(kubectl, "Workload", key.split("/")[1], "sd", "Admitted", "True")
         (assignment,) = stored["status"]["admission"]["podSetAssignments"]
         assert stored["status"]["admission"]["clusterQueue"] == "cpu"
         assert assignment["resourceUsage"] == {"cpu": "4"}

@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_services_helpers import condition, eventually, job_when, running_stack, workload_of_job
+from kube_services_helpers import (
+    condition,
+    eventually,
+    job_when,
+    object_when,
+    running_stack,
+    workload_of_job,
+)
 from test_kube_checks_e2e import queued_job, queues
 from test_kube_services_e2e import NODE
 
@@ -43,8 +50,8 @@ async def test_a_jobs_workload_is_charged_its_runtime_class_overhead(tmp_path: P
         missing = (await workload_of_job(kubectl, "ml", "gvisor"))["metadata"]["name"]
 
         started = await job_when(kubectl, "ml", "kata", suspended=False)
-        wl = await kubectl.get("Workload", charged, "ml")
-        assert wl is not None
+        # The binder starts the Job; the watcher writes the Workload's status apart from it.
+        wl = await object_when(kubectl, "Workload", charged, "ml", "Admitted", "True")
         (assignment,) = wl["status"]["admission"]["podSetAssignments"]
         assert assignment["resourceUsage"] == {"cpu": "6"}  # 2 pods of 1 cpu + 2 overhead
         pods = await kubectl.run_job_pods(started)
@@ -56,7 +63,7 @@ async def test_a_jobs_workload_is_charged_its_runtime_class_overhead(tmp_path: P
             wl = await kubectl.get("Workload", missing, "ml")
             return wl if condition(wl, "QuotaReserved").get("reason") == "Misconfigured" else None
 
-        refused = await eventually(held, timeout_s=30.0)
+        refused = await eventually(held)
         assert condition(refused, "QuotaReserved")["message"] == (
             "pod overhead validation failed: spec.podSets[0].template.spec.runtimeClassName: "
             'RuntimeClass "gvisor" not found'

@@ -171,10 +171,11 @@ async def test_the_two_team_example_is_admitted_placed_bound_and_finished(
         for ns, wl in names.items():
             # The pods' watch may run behind the Job's (its lists failed above): their running
             # (and ready) can come after the Job's finished.
-            await events.wait_for(f"{ns}/{wl}", "workload.running", timeout_s=20)
-            seen = [e.type for e in events.of(f"{ns}/{wl}")]
+            await events.wait_for(f"{ns}/{wl}", "workload.running")
+            seen = [e.type for e in await events.told(f"{ns}/{wl}")]
             assert {t: seen.count(t) for t in ONCE} == dict.fromkeys(ONCE, 1), seen
         # muster's own status writes are no configuration change: each queue applied once.
+        await events.caught_up()
         configs = [e.config_applied for e in events.seen if e.type == "config.applied"]
         queues = sorted(c.name for c in configs if c.kind.endswith("Queue"))
         assert queues == ["cluster-queue", "team-a/lq-team-a", "team-b/lq-team-b"]
@@ -185,7 +186,7 @@ async def test_the_two_team_example_is_admitted_placed_bound_and_finished(
             return server.faults.pending() == 0
 
         # Back-offs grow when the machine is loaded (every watch of the stack shares 2 cores).
-        await eventually(faults_met, timeout_s=30.0)
+        await eventually(faults_met)
 
 
 EVICTION = """
@@ -408,7 +409,7 @@ async def test_pods_running_but_not_ready_are_evicted_at_the_timeout(tmp_path: P
         await job_when(stack.kubectl, "ml", "train", suspended=True)
         workload = await stack.kubectl.get("Workload", name, "ml")
         assert said(condition(workload, "PodsReady")) == WAITING
-        assert not stack.events.of(f"ml/{name}", "workload.pods_ready")
+        assert not await stack.events.told(f"ml/{name}", "workload.pods_ready")
 
 
 BACKOFF_S = 6
@@ -435,13 +436,13 @@ async def test_a_pods_ready_timeout_backs_off_requeued_false_then_true_then_deac
         assert said(backing_off) == ("False", "PodsReadyTimeout", timeout)
         # Kueue's requeueState: one requeue, the back-off ending BACKOFF_S after the eviction,
         # in whole seconds: the instant admission requeues it at, not before.
-        (evicted,) = stack.events.of(f"ml/{name}", "workload.evicted")
+        (evicted,) = await stack.events.told(f"ml/{name}", "workload.evicted")
         end_s = requeue_end_s(evicted.time_unix_nano / 1e9, BACKOFF_S)
         backing = (await status_of(kubectl, name)).get("requeueState")
         assert backing in ({"count": 1, "requeueAt": format_time(end_s)}, {"count": 1})
         requeued = await condition_when(kubectl, "Workload", name, "ml", "Requeued", "True")
         assert said(requeued) == ("True", "BackoffFinished", "The workload backoff was finished")
-        (queued,) = stack.events.of(f"ml/{name}", "workload.requeued")
+        (queued,) = await stack.events.told(f"ml/{name}", "workload.requeued")
         assert queued.time_unix_nano / 1e9 >= end_s
         status = await status_of(kubectl, name)
         assert status["requeueState"] == {"count": 1}  # requeueAt cleared as it queues again
@@ -488,7 +489,7 @@ async def test_pods_that_become_ready_make_the_workload_pods_ready(tmp_path: Pat
             "Started",
             "All pods reached readiness and the workload is running",
         )
-        assert len(stack.events.of(f"ml/{name}", "workload.pods_ready")) == 1
+        assert len(await stack.events.told(f"ml/{name}", "workload.pods_ready")) == 1
         assert condition(await kubectl.get("Workload", name, "ml"), "Evicted") == {}
 
 
@@ -517,7 +518,7 @@ async def test_readiness_lost_past_the_recovery_timeout_evicts_the_job(tmp_path:
             f"Exceeded the PodsReady timeout ml/{name}",
         )
         await job_when(stack.kubectl, "ml", "train", suspended=True)
-        told = stack.events.of(f"ml/{name}", "workload.pods_ready")
+        told = await stack.events.told(f"ml/{name}", "workload.pods_ready")
         assert [e.pods_ready.lost for e in told] == [False, True]  # ready, then the loss
 
 
@@ -537,7 +538,7 @@ async def test_readiness_regained_in_time_reads_recovered_and_stays_admitted(
             "Recovered",
             "All pods reached readiness and the workload is running",
         )
-        told = stack.events.of(f"ml/{name}", "workload.pods_ready")
+        told = await stack.events.told(f"ml/{name}", "workload.pods_ready")
         assert [e.pods_ready.lost for e in told] == [False, True, False]
         workload = await kubectl.get("Workload", name, "ml")
         assert condition(workload, "Evicted") == {}

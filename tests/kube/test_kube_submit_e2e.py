@@ -83,6 +83,7 @@ async def test_muster_submit_writes_kueues_sample_into_the_api_server_and_it_run
         )
         assert finished["reason"] == "Succeeded"
         # Submitted by the watcher from the API server, never by the gateway on NATS alone.
+        await stack.events.caught_up()
         sources = {e.source for e in stack.events.seen if e.type == "workload.submitted"}
         assert sources == {"watcher/local"}
 

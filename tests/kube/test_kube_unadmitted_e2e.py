@@ -24,7 +24,7 @@ async def admitted_when(kubectl: Kubectl, name: str, *, reason: str) -> dict[str
         wl = await kubectl.get("Workload", name, "ml")
         return wl if condition(wl, "Admitted").get("reason") == reason else None
 
-    return await eventually(said, timeout_s=20.0)
+    return await eventually(said)
 
 
 async def test_a_waiting_workload_says_it_is_not_admitted_and_why(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from typing import Any, cast
 
 import msgspec
 import pytest
+from budget import wait_s
 from kube_backend_helpers import backend_for, bare_workload, fast_config, job, pod
 from kube_services_helpers import Events
 
@@ -70,10 +71,12 @@ async def watcher(bus: Bus, backend: ClusterBackend) -> AsyncIterator[None]:
     config = WatcherConfig(cluster="local")
     task = asyncio.create_task(run_watcher(bus, ready, backend=backend, config=config))
     waiting = asyncio.create_task(ready.event.wait())
-    await asyncio.wait({task, waiting}, timeout=20, return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait({task, waiting}, timeout=wait_s(None), return_when=asyncio.FIRST_COMPLETED)
     waiting.cancel()
     if task.done():
         task.result()  # it died: show why
+    # Else a watcher still starting went on as ready, and the test's writes raced its lists.
+    assert ready.event.is_set(), "the watcher was not ready in the test's time"
     try:
         yield
     finally:
@@ -102,7 +105,7 @@ async def handled(server: ApiServer, backend: KubeBackend, events: Events, name:
     """Return once the watcher told workload default/`name` running: changes are handled in
     order, so every change before it was handled too."""
     await running(server, backend, name, name)
-    await events.wait_for(f"default/{name}", "workload.running", timeout_s=20)
+    await events.wait_for(f"default/{name}", "workload.running")
 
 
 async def resumed_after_bookmarks(
@@ -114,7 +117,7 @@ async def resumed_after_bookmarks(
     events = Events(bus)
     events.start()
     async with watcher(bus, backend):
-        await events.wait_for(*told, timeout_s=20)
+        await events.wait_for(*told)
         server.send_bookmarks()
         await handled(server, backend, events, "s-0")
     return events
@@ -144,7 +147,7 @@ async def test_a_pod_deleted_while_a_resumed_watch_was_cut_and_compacted_ends_it
 
         await deleted_while_cut(server, backend, "Pod", "w-1", watch_path=r"/pods$")
 
-        await events.wait_for(GROUP, "workload.finished", timeout_s=20)
+        await events.wait_for(GROUP, "workload.finished")
     (finished,) = events.of(GROUP, "workload.finished")
     assert finished.finished.succeeded
     assert finished.finished.message == "1 of 1 pods succeeded"
@@ -162,7 +165,7 @@ async def test_a_pod_deleted_while_the_watcher_was_stopped_and_history_compacted
     await backend.delete("Pod", "w-1", namespace="default")
     server.compact()  # the restarted watcher's resume gets 410
     async with watcher(bus, backend):
-        await events.wait_for(GROUP, "workload.finished", timeout_s=20)
+        await events.wait_for(GROUP, "workload.finished")
     (finished,) = events.of(GROUP, "workload.finished")
     assert finished.finished.succeeded
     assert finished.finished.message == "1 of 1 pods succeeded"
@@ -200,7 +203,7 @@ async def test_a_pod_deleted_as_a_watcher_stopped_inside_its_first_list_resumes_
     await (await bus.kv(WATCHER_BUCKET)).put("local", b"5")
     deleting = DeletingAsItWatches(backend, "w-1")
     async with watcher(bus, cast(ClusterBackend, deleting)):
-        await events.wait_for(GROUP, "workload.finished", timeout_s=20)
+        await events.wait_for(GROUP, "workload.finished")
     (finished,) = events.of(GROUP, "workload.finished")
     assert finished.finished.message == "1 of 1 pods succeeded"
     await events.stop()
@@ -242,7 +245,7 @@ async def test_a_job_deleted_while_the_watcher_was_stopped_and_history_compacted
         await backend.delete("Job", "j", namespace="default")
         server.compact()  # the restarted watcher's resume gets 410
         async with watcher(bus, backend):
-            await events.wait_for(key, "workload.deleted", timeout_s=20)
+            await events.wait_for(key, "workload.deleted")
 
 
 async def test_a_job_deleted_while_a_resumed_watch_was_cut_and_compacted_is_deleted(
@@ -252,7 +255,7 @@ async def test_a_job_deleted_while_a_resumed_watch_was_cut_and_compacted_is_dele
         await handled(server, backend, events, "t-0")  # resumed, and watching
         await deleted_while_cut(server, backend, "Job", "j", watch_path=r"/jobs$")
 
-        await events.wait_for(key, "workload.deleted", timeout_s=20)
+        await events.wait_for(key, "workload.deleted")
         await handled(server, backend, events, "u-0")  # what came after j's deletion, handled
 
 
