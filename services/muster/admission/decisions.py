@@ -27,7 +27,7 @@ from typing import Protocol
 
 from google.protobuf.message import Message
 
-from muster.admission.admission_proto import admission_to_proto, placement_hints
+from muster.admission.admission_proto import PayloadParts
 from muster.admission.routing import WorkloadRoute, routed_payload
 from muster.api.model import (
     Admission,
@@ -113,14 +113,19 @@ class DecisionContext(Protocol):
     def flavors(self) -> Mapping[str, ResourceFlavor]: ...
 
 
-def decisions_from(events: Sequence[Event], ctx: DecisionContext) -> list[Decision]:
+def decisions_from(
+    events: Sequence[Event], ctx: DecisionContext, *, parts: PayloadParts | None = None
+) -> list[Decision]:
     """The payloads to publish for `events`, in order; see the module docstring for the map.
 
     An Evicted immediately followed by a Deactivated of the same workload is one eviction with
     reason InactiveWorkload. Victims of one preemptor are listed in one preemption_requested,
-    placed where its first victim was reported.
+    placed where its first victim was reported. `parts`: the admissions' payload parts built
+    before (a replica keeps one for all its rounds); a new one for these events alone if None.
     """
+    parts = PayloadParts() if parts is None else parts
     out: list[Decision] = []
+    at_once: int | None = None  # the last QuotaReserved that its Admitted right after tells
     counts: dict[tuple[str, str], int] = {}
     preemptions: dict[str, pb.PreemptionRequested] = {}
 
@@ -161,28 +166,23 @@ def decisions_from(events: Sequence[Event], ctx: DecisionContext) -> list[Decisi
                 )
             case EventType.QUOTA_RESERVED:
                 if _admitted_at_once(events, i, ctx):
+                    at_once = i
                     continue  # its `admitted` tells both, as Kueue's one status update does
                 admission = ctx.admission_of(key)
                 if admission is None:
                     continue  # nothing held any more: a later event of this batch says why
-                payload = pb.QuotaReserved(
-                    admission=admission_to_proto(admission),
-                    admission_checks=list(ctx.checks_of(key)),
-                )
+                payload = parts.quota_reserved(admission, ctx.checks_of(key))
                 add("quota_reserved", payload, e, admission=admission)
             case EventType.ADMITTED:
                 admission = ctx.admission_of(key)
                 if admission is None:
                     continue
                 manifests = ctx.manifests_of(key)
-                admitted = pb.WorkloadAdmitted(
-                    admission=admission_to_proto(admission),
-                    hints=placement_hints(admission, ctx.flavors, ctx.route_of(key)),
-                    manifest_json=_copied(manifests.workload_json),
-                    owner_manifest_json=_copied(manifests.owner_json),
-                    origin_cluster=manifests.origin_cluster,
-                    with_reservation=i > 0 and _admitted_at_once(events, i - 1, ctx),
-                )
+                admitted = parts.admitted(admission, ctx.flavors, ctx.route_of(key))
+                admitted.manifest_json = _copied(manifests.workload_json)
+                admitted.owner_manifest_json = _copied(manifests.owner_json)
+                admitted.origin_cluster = manifests.origin_cluster
+                admitted.with_reservation = at_once == i - 1
                 add("admitted", admitted, e, admission=admission)
             case EventType.PREEMPTED:
                 victim = pb.Victim(
