@@ -183,6 +183,7 @@ FINISHED_KEPT = 100_000
 # The latest submissions whose manifests are kept beside the log's copy: a workload is most
 # often admitted in the round it arrived in or soon after, within this many arrivals.
 RECENT_KEPT = 1024
+RECENT_CHARS = 16 * 1024  # per submission, manifest and owner: at most 16 MiB kept in all
 
 
 class Ledger:
@@ -250,12 +251,17 @@ class Ledger:
         if self.submissions is None:
             entry.manifest_json, entry.owner_manifest_json = manifest_json, owner_manifest_json
         else:
-            self._recent.pop(key, None)  # a workload deleted and submitted again: its newest
-            self._recent[key] = (manifest_json, owner_manifest_json)
-            if len(self._recent) > self._recent_kept:
-                del self._recent[next(iter(self._recent))]
+            self._keep_recent(key, manifest_json, owner_manifest_json)
         self.entries[key] = entry
         return entry
+
+    def _keep_recent(self, key: WorkloadKey, manifest_json: str, owner_json: str) -> None:
+        self._recent.pop(key, None)  # a workload deleted and submitted again: its newest only
+        if len(manifest_json) + len(owner_json) > RECENT_CHARS:
+            return  # the log's copy alone: large ones kept twice would be memory, not time
+        self._recent[key] = (manifest_json, owner_json)
+        if len(self._recent) > self._recent_kept:
+            del self._recent[next(iter(self._recent))]
 
     def manifests(self, key: WorkloadKey, *, default_cluster: str) -> Manifests:
         """Live workload `key`'s manifests as submitted (empty when not known), and where."""

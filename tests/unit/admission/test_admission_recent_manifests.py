@@ -9,7 +9,7 @@ from admission_stream import reported, submitted, workload
 
 from muster.admission.fact_reader import fact_of
 from muster.admission.facts import Submit
-from muster.admission.ledger import Ledger
+from muster.admission.ledger import RECENT_CHARS, Ledger
 from muster.admission.snapshot import CompactLog
 from muster.api.model import WorkloadKey
 from muster.contracts.v1 import events_pb2 as pb
@@ -23,8 +23,11 @@ class Replica:
         self.log = CompactLog(self.ledger)
         self.sequences = count(1)
 
-    def submit(self, name: str, *, cpu: str, owner: str = "") -> pb.Envelope:
-        env = submitted(workload(name, cpu=cpu))
+    def submit(self, name: str, *, cpu: str, owner: str = "", note: str = "") -> pb.Envelope:
+        manifest = workload(name, cpu=cpu)
+        if note:
+            manifest["metadata"]["annotations"] = {"note": note}
+        env = submitted(manifest)
         env.submitted.owner_manifest_json = owner
         env.sequence = next(self.sequences)
         fact = fact_of(env)
@@ -79,6 +82,9 @@ def test_a_workload_deleted_and_submitted_again_carries_its_new_manifest() -> No
         assert '"2"' in replica.carried("a")[0]
         replica.submit("c", cpu="1")
         assert replica.carried("a") == as_submitted(again)
+        replica.delete("a")
+        large = replica.submit("a", cpu="3", note="x" * (RECENT_CHARS + 1))  # the log's alone
+        assert replica.carried("a") == as_submitted(large)
 
 
 def test_a_finished_or_deleted_workload_carries_nothing() -> None:
