@@ -1,10 +1,12 @@
 """A model `Admission` and its protobuf form, both ways, and the placement hints an `admitted`
-carries per podset. Pure.
+carries per podset; `PayloadParts`, both built once per admission's shape. Pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import operator
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 from muster.admission.facts import FactError
 from muster.admission.routing import WorkloadRoute
@@ -17,6 +19,14 @@ from muster.api.model import (
 from muster.api.podspec import flavor_placement
 from muster.api.wellknown import RUN_SECONDS_ANNOTATION
 from muster.contracts.v1 import events_pb2 as pb
+
+# An admission as a key (its podsets' names, flavors, counts and usage, in their order): what
+# its protobuf form and, with the flavors it names, its placement hints follow from.
+_Shape = tuple[
+    str, tuple[tuple[str, tuple[tuple[str, str], ...], int, tuple[tuple[str, int], ...]], ...]
+]
+_Flavors = tuple[ResourceFlavor | None, ...]
+_T = TypeVar("_T")
 
 
 def admission_to_proto(admission: Admission) -> pb.Admission:
@@ -77,3 +87,77 @@ def placement_hints(
                 hint.annotations[RUN_SECONDS_ANNOTATION] = f"{away.run_s:g}"
         hints.append(hint)
     return hints
+
+
+class PayloadParts:
+    """The parts of `quota_reserved` and `admitted` payloads that follow from the admission and
+    its flavors alone (`admission_to_proto`, `placement_hints`), built once per admission shape
+    and copied into each payload: workloads of one ClusterQueue and template share them, and
+    building them was most of translating an admission (issue 19, docs/benchmarks.md).
+
+    A shape's hints are used again only while the flavors it names are the very objects they
+    were built from (a ResourceFlavor applied again is a new object). The oldest shape is
+    dropped past `limit`.
+    """
+
+    def __init__(self, limit: int = 1024) -> None:
+        self._limit = limit
+        self._admissions: dict[_Shape, pb.Admission] = {}
+        self._admitted: dict[_Shape, tuple[_Flavors, pb.WorkloadAdmitted]] = {}
+
+    def quota_reserved(self, admission: Admission, checks: Sequence[str]) -> pb.QuotaReserved:
+        shape = _shape(admission)
+        built = self._admissions.get(shape)
+        if built is None:
+            built = self._admissions[shape] = admission_to_proto(admission)
+            _bound(self._admissions, self._limit)
+        payload = pb.QuotaReserved(admission_checks=checks)
+        payload.admission.CopyFrom(built)
+        return payload
+
+    def admitted(
+        self,
+        admission: Admission,
+        flavors: Mapping[str, ResourceFlavor],
+        route: WorkloadRoute | None = None,
+    ) -> pb.WorkloadAdmitted:
+        """A new `admitted` payload with `admission` and its placement hints; the caller sets
+        the rest. A routed workload's hints carry its own requests: built for it alone."""
+        if route is not None and route.away:
+            return pb.WorkloadAdmitted(
+                admission=admission_to_proto(admission),
+                hints=placement_hints(admission, flavors, route),
+            )
+        shape = _shape(admission)
+        named = tuple(
+            [flavors.get(f) for ps in admission.pod_set_assignments for f in ps.flavors.values()]
+        )
+        kept = self._admitted.get(shape)
+        # One shape names its flavors in one order: the same objects, in place, or not.
+        if kept is None or not all(map(operator.is_, kept[0], named)):
+            built = pb.WorkloadAdmitted(
+                admission=admission_to_proto(admission), hints=placement_hints(admission, flavors)
+            )
+            kept = self._admitted[shape] = (named, built)
+            _bound(self._admitted, self._limit)
+        payload = pb.WorkloadAdmitted()
+        payload.CopyFrom(kept[1])
+        return payload
+
+
+def _shape(admission: Admission) -> _Shape:
+    return (
+        admission.cluster_queue,
+        tuple(
+            [
+                (ps.name, tuple(ps.flavors.items()), ps.count, tuple(ps.resource_usage.items()))
+                for ps in admission.pod_set_assignments
+            ]
+        ),
+    )
+
+
+def _bound(kept: dict[_Shape, _T], limit: int) -> None:
+    """Drop the oldest of `kept` past `limit`."""
+    while len(kept) > limit:
+        del kept[next(iter(kept))]

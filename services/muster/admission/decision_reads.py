@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
+from muster.admission.admission_proto import PayloadParts
 from muster.admission.decisions import Decision, Manifests, decisions_from
 from muster.admission.fact_reader import recorded_of
 from muster.admission.facts import RECORDED, Recorded
@@ -41,13 +42,18 @@ def own_records(decisions: Sequence[Decision], envs: Sequence[pb.Envelope]) -> d
 class DecisionReads(ReplicaParts):
     """A round's publish set, and the `decisions.DecisionContext` it is translated with."""
 
+    _parts: PayloadParts | None = None  # the admissions' payload parts, kept across rounds
+
     # --- a round's publish set ------------------------------------------------------------
 
     def decisions(self, events: Sequence[Event]) -> list[Decision]:
         """The payloads to publish for a round's `events`; then the workloads that finished
         or were deleted in that round leave the engine (these were their last readers)."""
         news = [e for e in events if not self._repeats_route(e)]
-        decisions = decisions_from(news, self) + self.dispatch.take_decisions(self)
+        if self._parts is None:
+            self._parts = PayloadParts()
+        decisions = decisions_from(news, self, parts=self._parts)
+        decisions += self.dispatch.take_decisions(self)
         done, self._done = self._done, []
         for key in done:
             self.engine.forget(key)

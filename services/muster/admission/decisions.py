@@ -22,12 +22,12 @@ its pods starts them as routed.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
+import msgspec
 from google.protobuf.message import Message
 
-from muster.admission.admission_proto import admission_to_proto, placement_hints
+from muster.admission.admission_proto import PayloadParts
 from muster.admission.routing import WorkloadRoute, routed_payload
 from muster.api.model import (
     Admission,
@@ -48,8 +48,9 @@ from muster.payloads import (
 DEACTIVATED = "InactiveWorkload"
 
 
-@dataclass(frozen=True, slots=True)
-class Manifests:
+# Structs, not frozen dataclasses: one of each per decision, and a frozen dataclass's
+# __init__ sets every field through object.__setattr__ (three times the time; issue 19).
+class Manifests(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What a workload's `admitted` carries of its submission, so a binder that never saw the
     `submitted` (or a worker cluster's, which must create a copy) has it."""
 
@@ -58,8 +59,7 @@ class Manifests:
     origin_cluster: str = ""  # where it was submitted
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(msgspec.Struct, frozen=True, kw_only=True):
     """One event to publish: the Envelope payload `field` with `payload`, about `workload`.
 
     `n` tells apart events of one type about one workload from one cause (part of the id).
@@ -113,14 +113,19 @@ class DecisionContext(Protocol):
     def flavors(self) -> Mapping[str, ResourceFlavor]: ...
 
 
-def decisions_from(events: Sequence[Event], ctx: DecisionContext) -> list[Decision]:
+def decisions_from(
+    events: Sequence[Event], ctx: DecisionContext, *, parts: PayloadParts | None = None
+) -> list[Decision]:
     """The payloads to publish for `events`, in order; see the module docstring for the map.
 
     An Evicted immediately followed by a Deactivated of the same workload is one eviction with
     reason InactiveWorkload. Victims of one preemptor are listed in one preemption_requested,
-    placed where its first victim was reported.
+    placed where its first victim was reported. `parts`: the admissions' payload parts built
+    before (a replica keeps one for all its rounds); a new one for these events alone if None.
     """
+    parts = PayloadParts() if parts is None else parts
     out: list[Decision] = []
+    at_once: int | None = None  # the last QuotaReserved that its Admitted right after tells
     counts: dict[tuple[str, str], int] = {}
     preemptions: dict[str, pb.PreemptionRequested] = {}
 
@@ -161,28 +166,23 @@ def decisions_from(events: Sequence[Event], ctx: DecisionContext) -> list[Decisi
                 )
             case EventType.QUOTA_RESERVED:
                 if _admitted_at_once(events, i, ctx):
+                    at_once = i
                     continue  # its `admitted` tells both, as Kueue's one status update does
                 admission = ctx.admission_of(key)
                 if admission is None:
                     continue  # nothing held any more: a later event of this batch says why
-                payload = pb.QuotaReserved(
-                    admission=admission_to_proto(admission),
-                    admission_checks=list(ctx.checks_of(key)),
-                )
+                payload = parts.quota_reserved(admission, ctx.checks_of(key))
                 add("quota_reserved", payload, e, admission=admission)
             case EventType.ADMITTED:
                 admission = ctx.admission_of(key)
                 if admission is None:
                     continue
                 manifests = ctx.manifests_of(key)
-                admitted = pb.WorkloadAdmitted(
-                    admission=admission_to_proto(admission),
-                    hints=placement_hints(admission, ctx.flavors, ctx.route_of(key)),
-                    manifest_json=_copied(manifests.workload_json),
-                    owner_manifest_json=_copied(manifests.owner_json),
-                    origin_cluster=manifests.origin_cluster,
-                    with_reservation=i > 0 and _admitted_at_once(events, i - 1, ctx),
-                )
+                admitted = parts.admitted(admission, ctx.flavors, ctx.route_of(key))
+                admitted.manifest_json = _copied(manifests.workload_json)
+                admitted.owner_manifest_json = _copied(manifests.owner_json)
+                admitted.origin_cluster = manifests.origin_cluster
+                admitted.with_reservation = at_once == i - 1
                 add("admitted", admitted, e, admission=admission)
             case EventType.PREEMPTED:
                 victim = pb.Victim(

@@ -180,12 +180,18 @@ class SharedParts:
 # Finished workloads remembered, newest last. A submitted event redelivered after its workload
 # finished comes within minutes; by then far fewer workloads have finished than this.
 FINISHED_KEPT = 100_000
+# The latest submissions whose manifests are kept beside the log's copy: a workload is most
+# often admitted in the round it arrived in or soon after, within this many arrivals.
+RECENT_KEPT = 1024
+RECENT_CHARS = 16 * 1024  # per submission, manifest and owner: at most 16 MiB kept in all
 
 
 class Ledger:
     """Live workloads by key. Every method is idempotent: replaying an event changes nothing."""
 
-    def __init__(self, *, finished_kept: int = FINISHED_KEPT) -> None:
+    def __init__(
+        self, *, finished_kept: int = FINISHED_KEPT, recent_kept: int = RECENT_KEPT
+    ) -> None:
         self.entries: dict[WorkloadKey, Entry] = {}
         # A finished workload is not submitted again; a dict keeps them in finishing order, so
         # the oldest are forgotten first once there are more than `finished_kept`.
@@ -197,6 +203,10 @@ class Ledger:
         # `submitted` (snapshot.CompactLog sets it). A manifest is the largest part of a
         # waiting workload; kept twice, it was a tenth of a replica's memory (issue 19).
         self.submissions: Callable[[WorkloadKey], tuple[str, str]] | None = None
+        # The manifests of the latest submissions, oldest first, while a log keeps them all:
+        # read back from the log, each `admitted` decoded its `submitted` again (issue 19).
+        self._recent: dict[WorkloadKey, tuple[str, str]] = {}
+        self._recent_kept = recent_kept
 
     def __contains__(self, key: object) -> bool:
         return key in self.entries
@@ -240,8 +250,18 @@ class Ledger:
         )
         if self.submissions is None:
             entry.manifest_json, entry.owner_manifest_json = manifest_json, owner_manifest_json
+        else:
+            self._keep_recent(key, manifest_json, owner_manifest_json)
         self.entries[key] = entry
         return entry
+
+    def _keep_recent(self, key: WorkloadKey, manifest_json: str, owner_json: str) -> None:
+        self._recent.pop(key, None)  # a workload deleted and submitted again: its newest only
+        if len(manifest_json) + len(owner_json) > RECENT_CHARS:
+            return  # the log's copy alone: large ones kept twice would be memory, not time
+        self._recent[key] = (manifest_json, owner_json)
+        if len(self._recent) > self._recent_kept:
+            del self._recent[next(iter(self._recent))]
 
     def manifests(self, key: WorkloadKey, *, default_cluster: str) -> Manifests:
         """Live workload `key`'s manifests as submitted (empty when not known), and where."""
@@ -250,7 +270,8 @@ class Ledger:
             return Manifests()
         workload_json, owner_json = entry.manifest_json, entry.owner_manifest_json
         if self.submissions is not None and not workload_json:
-            workload_json, owner_json = self.submissions(key)
+            recent = self._recent.get(key)
+            workload_json, owner_json = self.submissions(key) if recent is None else recent
         return Manifests(
             workload_json=workload_json,
             owner_json=owner_json,
@@ -258,6 +279,7 @@ class Ledger:
         )
 
     def finish(self, key: WorkloadKey) -> None:
+        self._recent.pop(key, None)
         if self.entries.pop(key, None) is not None:
             self.finished[key] = None
             if len(self.finished) > self.finished_kept:
@@ -272,6 +294,7 @@ class Ledger:
             del self.finished[next(iter(self.finished))]
 
     def delete(self, key: WorkloadKey) -> None:
+        self._recent.pop(key, None)
         self.entries.pop(key, None)
         self.finished.pop(key, None)
 
