@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
 import pytest
 
 from muster.cli import bench
@@ -90,9 +92,9 @@ def every_section() -> tuple[int, list[dict[str, Any]]]:
     """`muster bench --scale TINY -o json` once for the module: (exit status, its rows). The
     tests of a section that this run covers at the same options read their rows from it
     instead of starting the same service stacks again."""
-    from muster.bench import e2e, soak
+    from muster.bench import chaos, e2e, soak
 
-    every, soak_run = e2e.run, soak.run
+    every, soak_run, chaos_run = e2e.run, soak.run, chaos.run
     out = io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
         # One shard count keeps this short (each case starts every service); E2E_SHARDS, so
@@ -103,6 +105,10 @@ def every_section() -> tuple[int, list[dict[str, Any]]]:
             lambda *, shard_counts, **options: every(shard_counts=(E2E_SHARDS,), **options),
         )
         patch.setattr(soak, "run", lambda *, scale, waves: soak_run(scale=scale, waves=SOAK_WAVES))
+        # Chaos's run without faults only: its run with faults is services/test_chaos.py's, at
+        # 23 times the workloads and with more checks (every kind killed, NATS restarted). That
+        # the section runs both, the same but for faults: test_chaos_runs_without_then_with_*.
+        patch.setattr(chaos, "run", lambda **options: itertools.islice(chaos_run(**options), 1))
         status = muster(["bench", "--scale", TINY, "-o", "json"])
     return status, json_rows(out.getvalue())
 
@@ -127,10 +133,9 @@ def test_no_section_runs_every_section(
     # The sections that have no run of their own below: each did its work at this scale.
     assert [(r["workloads"], r["events"] > 0) for r in of(rows, "book")] == [(10, True), (50, True)]
     assert all(r["bound"] == r["pods"] > 0 for r in of(rows, "placement-e2e"))
-    chaos = of(rows, "chaos")
-    assert [r["faults"] for r in chaos] == [False, True]
-    assert sum(chaos[1]["kills"].values()) > 0
-    assert all(r["lost"] == r["stuck"] == r["twice"] == 0 == len(r["exits"]) for r in chaos)
+    (chaos,) = of(rows, "chaos")  # the run without faults (every_section)
+    assert (chaos["faults"], chaos["kills"], chaos["nats_restarts"]) == (False, {}, 0)
+    assert chaos["lost"] == chaos["stuck"] == chaos["twice"] == 0 == len(chaos["exits"])
     kube = of(rows, "kube")
     assert {r["measure"] for r in kube} == {"watch-list", "watch-stream", "status-writes",
                                            "event-writes"}  # fmt: skip
@@ -154,6 +159,29 @@ def test_soak_rows_tell_each_process_rss_and_maps_after_each_wave(
     binder = [r["maps"] for r in soak if r["process"] == "binder"]
     ended = "muster.core.submissions.EndedSubmissions._ended"
     assert [maps.get(ended) for maps in binder] == [10, 20]
+
+
+def test_chaos_runs_without_then_with_faults_the_same_workloads(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from muster.bench import chaos
+
+    ran: list[chaos.ChaosConfig] = []
+
+    async def recorded(config: chaos.ChaosConfig) -> chaos.ChaosConfig:
+        ran.append(config)
+        return config  # printed as the row: what is checked is what each run was asked
+
+    monkeypatch.setattr(chaos, "run_chaos", recorded)
+    assert muster(["bench", "chaos", "--scale", TINY, "--seed", "3", "-o", "json"]) == 0
+    without, with_faults = ran
+    assert (without.faults, with_faults.faults) == (False, True)
+    assert msgspec.structs.replace(without, faults=True) == with_faults
+    assert (without.workloads, without.seed) == (10, 3)  # 300, scaled, at least 10
+
+    ran.clear()
+    assert muster(["bench", "chaos", "--scale", TINY, "--faults-only", "-o", "json"]) == 0
+    assert [config.faults for config in ran] == [True]
 
 
 def of(rows: list[dict[str, Any]], section: str) -> list[dict[str, Any]]:
@@ -252,29 +280,37 @@ def test_e2e_with_otlp_exports_spans_from_the_services() -> None:
     assert all(c in cpu_table for c in ("ROUNDS/replica", "EVENTS/round", "VIEWS/s/replica"))
 
 
-def test_gateway_rows_tell_what_refused_calls_cost(capsys: pytest.CaptureFixture[str]) -> None:
-    bench.main(["gateway", "--scale", "0.05", "-o", "json"])
+@pytest.mark.timeout(EVERY_SECTION_S)
+def test_gateway_rows_tell_what_refused_calls_cost(
+    every_section: tuple[int, list[dict[str, Any]]],
+) -> None:
+    _, rows = every_section  # gateway at TINY: one call per case (128, scaled, at least one)
 
-    rows = json_rows(capsys.readouterr().out)
+    rows = of(rows, "gateway")
     assert [(r["case"], r["calls"], r["request_mib"], r["answered"]) for r in rows] == [
-        ("no credentials", 6, 4.0, "UNAUTHENTICATED"),
-        ("unknown bearer token", 6, 4.0, "UNAUTHENTICATED"),
-        ("no credentials, again", 6, 4.0, "UNAUTHENTICATED"),
+        ("no credentials", 1, 4.0, "UNAUTHENTICATED"),
+        ("unknown bearer token", 1, 4.0, "UNAUTHENTICATED"),
+        ("no credentials, again", 1, 4.0, "UNAUTHENTICATED"),
     ]
     assert all(r["baseline_mib"] > 0 for r in rows)
 
 
+@pytest.mark.timeout(EVERY_SECTION_S)
 @pytest.mark.parametrize("manifest", ["yaml", "json"])
 def test_submit_rows_say_what_each_call_cost_and_store_one_event_per_call(
-    capsys: pytest.CaptureFixture[str], manifest: str
+    request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str], manifest: str
 ) -> None:
-    status = muster(["bench", "submit", "--scale", "0.005", "--manifest", manifest, "-o", "json"])
+    if manifest == "yaml":  # the default: the shared run's submit section, at TINY
+        status, rows = request.getfixturevalue("every_section")
+        rows = of(rows, "submit")
+    else:
+        status = muster(["bench", "submit", "--scale", TINY, "--manifest", manifest, "-o", "json"])
+        rows = json_rows(capsys.readouterr().out)
 
-    rows = json_rows(capsys.readouterr().out)
     assert status == 0
     assert [(r["calls"], r["in_flight"], r["stored"], r["manifest"]) for r in rows] == [
-        (30, 64, 30, manifest),
-        (30, 1, 30, manifest),
+        (10, 64, 10, manifest),  # 6 000 calls, scaled, at least 10
+        (10, 1, 10, manifest),
     ]
     assert all(r["gateway_ms"] > 0 and r["client_ms"] > 0 and r["calls_per_s"] > 0 for r in rows)
     # One call at a time: each call finds the gateway's gRPC thread asleep and wakes it. With 64
@@ -294,9 +330,27 @@ def test_options_after_the_section_win_over_those_before(
     assert row["workloads"] == 90
 
 
+@pytest.mark.timeout(EVERY_SECTION_S)
 def test_table_output_has_a_header_one_line_per_config_and_the_targets(
+    every_section: tuple[int, list[dict[str, Any]]],
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from muster.bench import admission
+    from muster.bench.kueue_perf import PerfConfig
+
+    # The configurations as the shared run measured them at TINY (a second run of the two
+    # 3 000-workload ones takes seconds and tells nothing new): the table is what this checks.
+    _, rows = every_section
+    measured = {
+        r["config"]: msgspec.convert(r, admission.AdmissionRow) for r in of(rows, "admission")
+    }
+
+    def run_config(config: PerfConfig, *, scale: float) -> admission.AdmissionRow:
+        assert scale == float(TINY)
+        return measured[config.name]
+
+    monkeypatch.setattr(admission, "run_config", run_config)
     bench.main(["admission", "--scale", TINY])
 
     out = capsys.readouterr().out
