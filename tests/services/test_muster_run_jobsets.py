@@ -95,7 +95,10 @@ def test_jobsets_are_admitted_preempted_and_finished_on_the_flavors_nodes(tmp_pa
     out = done.stdout
     assert re.search(r"jobset-batch-\S+\s+admitted\s+cq on pool-a", out), out
     assert re.search(r"jobset-batch-\S+\s+evicted\s+Preempted by ns/jobset-urgent-", out), out
-    assert re.search(r"jobset-urgent-\S+\s+finished\s+ran 10s", out), out
+    # It ran its whole 10 s; more on a loaded machine (the report times the events it saw).
+    ran = re.search(r"jobset-urgent-\S+\s+finished\s+ran (\d+)s", out)
+    assert ran, out
+    assert int(ran[1]) >= 10, out
     table = out.split("\nWORKLOAD ", 1)[1].split("\n\n", 1)[0]
     (batch,) = [row for row in table.splitlines() if "jobset-batch-" in row]
     (urgent,) = [row for row in table.splitlines() if "jobset-urgent-" in row]
