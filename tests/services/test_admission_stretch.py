@@ -31,10 +31,7 @@ async def test_a_stretched_replica_takes_what_came_within_its_stretch_as_one_rou
     gather = config.gather
     assert gather is not None
     assert gather.stretch == 4
-    # More than --round-fill (8), which cut a stretch short before: a lone replica's round
-    # holds whatever came meanwhile, and so does a stretched one, up to a full batch.
-    trickle = 12
-    assert trickle > config.round_fill
+    trickle = gather.fill - 1  # fewer than cut a stretch short
     # Only the stretch's length is the test's: long enough for the trickle to come within it
     # on any machine, so that only its end or the events' count can start the second round.
     gather = gather._replace(stretch=1e6, stretch_most_s=STRETCH_S)

@@ -56,13 +56,13 @@ FLAGS = (
          "a round starts no sooner than this after the one before, unless --round-fill events "
          "wait: fewer, larger rounds under a stream of events; 0: none waits"),
     Flag("--round-fill", "N", int, "MUSTER_ADMISSION_ROUND_FILL", "8",
-         "events that start a round before --round-gap-seconds has passed"),
+         "events that start a round before --round-gap-seconds (or the stretch) has passed"),
     Flag("--round-stretch", "on|off", on_off, "MUSTER_ADMISSION_ROUND_STRETCH", "on",
          "one of N shards: a round starts no sooner than N times as long as the one before "
-         "took, at most --round-stretch-most-seconds more, unless a full batch waits: "
+         "took, at most --round-stretch-most-seconds more, unless --round-fill events wait: "
          "rounds as full as a lone replica's"),
     Flag("--round-stretch-most-seconds", "S", float,
-         "MUSTER_ADMISSION_ROUND_STRETCH_MOST_SECONDS", "0.5",
+         "MUSTER_ADMISSION_ROUND_STRETCH_MOST_SECONDS", "0.1",
          "what the stretch may add to a round's latency, at most (0 < S <= 1)"),
 )  # fmt: skip
 

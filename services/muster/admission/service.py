@@ -75,13 +75,10 @@ LAST_SNAPSHOT_S: Final = 5.0  # at shutdown, within the service's grace period (
 VISIBILITY_CPU_SHARE: Final = 20  # views wait at least this many times what computing them took
 MAX_ROUND_GAP_S: Final = 0.05  # a round's added latency stays well below a second's tenth
 # What the stretch (AdmissionConfig.round_stretch) may add to a round's latency, at most, by
-# default. Below saturation a round's length shrinks with what it holds, so the stretch settles
-# at a few rounds of a few ms and the bound does not bite (the p99 of submit → admitted at
-# 200/s). In a burst a round lasts as long as its events take, N of them as long as a lone
-# replica's round of N times the events: the stretch grows with the backlog as a lone replica's
-# rounds do, and only this bound (and a full batch) ends it; at 0.1 s a replica of four held 6-10
-# events a round where the lone one held 30-120 (docs/benchmarks.md, "rounds19").
-ROUND_STRETCH_MOST_S: Final = 0.5
+# default: on an idle machine a round lasts a few ms and N of them stay far below it (the p99 of
+# submit → admitted at 200/s stays under 50 ms); under load a round lasts 15-25 ms, and 30 ms,
+# the bound before, cut the stretch to one or two rounds (docs/benchmarks.md, "pipeline").
+ROUND_STRETCH_MOST_S: Final = 0.1
 MAX_ROUND_STRETCH_S: Final = 1.0  # what --round-stretch-most-seconds may be set to, at most
 TERM_END_S: Final = 1.0  # a term's end waits this long at most to delete its durable
 log = logging.getLogger(__name__)
@@ -114,8 +111,8 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
     round_gap_s: float = 0.0
     round_fill: int = 8
     # One of N replicas: a round starts no sooner than N times as long as the one before took
-    # after it started (at most `round_stretch_most_s` later), unless a full batch waits, so
-    # that its rounds hold about as many events as a lone replica's (bus.ordered.Gather).
+    # after it started (at most `round_stretch_most_s` later), unless `round_fill` events wait,
+    # so that its rounds hold about as many events as a lone replica's (bus.ordered.Gather).
     round_stretch: bool = True
     round_stretch_most_s: float = ROUND_STRETCH_MOST_S
     ack_wait_s: float = 30.0  # a dead replica's unacked events come back after this long
@@ -174,11 +171,9 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
         stretch = self.shards if self.round_stretch and self.shards > 1 else 0
         if not stretch and self.round_gap_s <= 0:
             return None  # a lone replica: each round as soon as an event is there
-        # `round_fill` cuts the gap short, not the stretch: a lone replica's round holds what
-        # came meanwhile, and a stretch cut at 8 held a tenth of that in a burst.
         return Gather(
             self.round_gap_s,
-            self.round_fill if self.round_gap_s > 0 else self.batch,
+            self.round_fill,
             stretch=stretch,
             stretch_most_s=self.round_stretch_most_s if stretch else 0.0,
         )
