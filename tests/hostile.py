@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def alias_bomb(levels: int = 9) -> str:
     """A ResourceFlavor whose unknown field holds a "billion laughs": 9**levels strings."""
@@ -23,3 +25,16 @@ def deeply_nested(depth: int) -> str:
         "metadata: {name: deep, namespace: ml}\n"
         f"spec: {{queueName: q, podSets: {'[' * depth}{']' * depth}}}\n"
     )
+
+
+def paths_of(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every path to a value inside `value` (keys and list indexes), the root's `()` first:
+    where the fuzz tests replace, delete or add beside a value."""
+    found = [prefix]
+    if isinstance(value, dict):
+        for key, child in value.items():
+            found += paths_of(child, (*prefix, key))
+    elif isinstance(value, list):
+        for i, child in enumerate(value):
+            found += paths_of(child, (*prefix, i))
+    return found

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hostile import alias_bomb
+from hostile import alias_bomb, paths_of
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -91,18 +91,6 @@ HOSTILE = st.one_of(
 
 
 # --- mutations of a document tree -------------------------------------------------------------
-
-
-def paths_of(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Every path to a value inside `value` (keys and list indexes)."""
-    found = [prefix]
-    if isinstance(value, dict):
-        for key, child in value.items():
-            found += paths_of(child, (*prefix, key))
-    elif isinstance(value, list):
-        for i, child in enumerate(value):
-            found += paths_of(child, (*prefix, i))
-    return found
 
 
 def mutate(doc: Any, path: tuple[Any, ...], how: str, value: Any) -> Any:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hostile import paths_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -186,23 +187,12 @@ HOSTILE = st.one_of(
 )
 
 
-def paths_of(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [prefix] if prefix else []
-    if isinstance(value, dict):
-        for key, child in value.items():
-            found += paths_of(child, (*prefix, key))
-    elif isinstance(value, list):
-        for i, child in enumerate(value):
-            found += paths_of(child, (*prefix, i))
-    return found
-
-
 @st.composite
 def mutated(draw: st.DrawFn) -> str:
     """An example Workload's manifest with a few values replaced, removed or added beside."""
     doc = json.loads(draw(st.sampled_from(example_manifests())))
     for _ in range(draw(st.integers(1, 3))):
-        *parents, last = draw(st.sampled_from(paths_of(doc)))
+        *parents, last = draw(st.sampled_from(paths_of(doc)[1:]))  # not the root
         node = doc
         for step in parents:
             node = node[step]
