@@ -14,7 +14,7 @@ from test_kube_status_checks import workload_of_job
 
 from muster.bus import new_event
 from muster.cluster.errors import InvalidObjectError
-from muster.cluster.kube import KubeBackend, StatusWriter, StatusWriterSettings
+from muster.cluster.kube import KubeBackend, ObjectRef, StatusWriter, StatusWriterSettings
 from muster.cluster.kube.transport import Transport
 from muster.contracts.v1 import events_pb2 as pb
 from muster.devtools.apiserver import ApiServer
@@ -172,10 +172,15 @@ async def test_a_move_to_another_worker_is_written_through_no_cluster(
     await statuses.close()
     assert statuses.stats.dropped == 0
     assert kueue.written == ["east", None, "west"]
+    assert_stored_admitted_in(server, ref, "west")
+
+
+def assert_stored_admitted_in(server: ApiServer, ref: ObjectRef, cluster: str) -> None:
+    """The API server's Workload `ref` says Admitted in `cluster`."""
     rt = server.registry.by_key(("kueue.x-k8s.io", "workloads"))
     assert rt is not None
     stored = server.api.get(rt, ref.namespace, ref.name)["status"]
-    assert stored["clusterName"] == "west"
+    assert stored["clusterName"] == cluster
     assert {c["type"]: c["status"] for c in stored["conditions"]}["Admitted"] == "True"
 
 
@@ -207,11 +212,7 @@ async def test_a_restarted_writer_moves_the_stored_cluster_through_no_cluster(
     assert after.stats.dropped == 0
     assert kueue.refused == ["west"]
     assert kueue.written == ["east", None, "west"]
-    rt = server.registry.by_key(("kueue.x-k8s.io", "workloads"))
-    assert rt is not None
-    stored = server.api.get(rt, ref.namespace, ref.name)["status"]
-    assert stored["clusterName"] == "west"
-    assert {c["type"]: c["status"] for c in stored["conditions"]}["Admitted"] == "True"
+    assert_stored_admitted_in(server, ref, "west")
 
 
 async def test_a_restarted_writer_naming_the_stored_cluster_writes_once(
