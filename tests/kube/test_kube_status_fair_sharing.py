@@ -179,6 +179,61 @@ def test_a_queue_that_does_not_order_by_usage_shows_usage_without_entry_penalty(
     assert status(made, "a") == ("1970-01-01T00:05:01Z", {"cpu": "414m"})
 
 
+@pytest.mark.parametrize(
+    ("cq", "sampled"),
+    [
+        # Admitted at 100 s, sampled at 400 s: 300 s of 2 cpu reach 2 x (1 - 0.5 ** 0.5); the
+        # penalty, on all 4 cpu, twice that faded by 0.5 ** 0.5: sqrt(2) cores (priced on the
+        # 2 admitted cpu: one core).
+        (USAGE_BASED, ("1970-01-01T00:06:40Z", {"cpu": "1414m"})),
+        # No entry penalty where the ClusterQueue does not order by usage, and no settlement
+        # to move the grid: 201 s of 2 cpu at the 301 s tick, 2 x (1 - 0.5 ** 0.335).
+        ({}, ("1970-01-01T00:05:01Z", {"cpu": "414m"})),
+    ],
+)
+def test_a_partial_admission_pays_its_entry_penalty_on_every_pod_it_asked_for(
+    cq: dict[str, Any], sampled: tuple[str, dict[str, str]]
+) -> None:
+    made = StatusBook(kueue_version="v1beta2", fair=FAIR)
+    job = pb.WorkloadSubmitted(
+        queue_name="a", pod_sets=[pb.PodSetSummary(name="main", count=4, min_count=2)]
+    )
+    for env in (
+        applied("ClusterQueue", "cq", cq),
+        applied("LocalQueue", "ml/a", {"clusterQueue": "cq"}),
+        at("submitted", job, s=90.0, workload="ml/partial"),
+        at("admitted", admitted("2", count=2), s=100.0, workload="ml/partial"),  # 2 of 4 pods
+    ):
+        made.apply(env)
+    assert made.sample(400.0) == {A}
+    assert status(made, "a") == sampled
+
+
+@pytest.mark.parametrize(("gate", "consumed"), [(True, "1207m"), (False, "1414m")])
+def test_a_partial_admissions_entry_penalty_leaves_out_pods_finished_before_it(
+    gate: bool, consumed: str
+) -> None:
+    made = StatusBook(kueue_version="v1beta2", fair=FAIR, reclaimable_pods=gate)
+    finished = {"status": {"reclaimablePods": [{"name": "main", "count": 1}]}}
+    job = pb.WorkloadSubmitted(
+        queue_name="a",
+        pod_sets=[pb.PodSetSummary(name="main", count=4, min_count=2)],
+        owner=pb.OwnerRef(kind="Job", name="partial"),
+        manifest_json=json.dumps(finished),
+    )
+    for env in (
+        applied("ClusterQueue", "cq", USAGE_BASED),
+        applied("LocalQueue", "ml/a", {"clusterQueue": "cq"}),
+        at("submitted", job, s=90.0, workload="ml/partial"),
+        at("admitted", admitted("2", count=2), s=100.0, workload="ml/partial"),
+    ):
+        made.apply(env)
+    made.sample(400.0)
+    # With Kueue's ReclaimablePods gate the penalty is on the 3 pods still needed: 2 cpu
+    # reached 2 x (1 - 0.5 ** 0.5), plus 3 x that faded by 0.5 ** 0.5; without it, on all 4.
+    assert status(made, "a") == ("1970-01-01T00:06:40Z", {"cpu": consumed})
+
+
 def test_a_local_queue_without_its_cluster_queue_is_not_sampled() -> None:
     made = book(FAIR)
     made.apply(at("config_deleted", pb.ConfigDeleted(kind="ClusterQueue", name="cq"), s=800.0))

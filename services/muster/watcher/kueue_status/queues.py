@@ -104,7 +104,9 @@ class QueueBook:
         workload controller settles it on the transition into Admitted (updateAfsConsumedUsage,
         which restarts the LocalQueue's decay clock: its next sample is due an interval
         later) or drops it (reconcileAfsPenaltiesOnUpdate: finished, deleted, deactivated).
-        Only in a ClusterQueue that orders by usage; elsewhere no penalty is priced."""
+        Only in a ClusterQueue that orders by usage; elsewhere no penalty is priced. Priced
+        on its full requests, however few pods a partial admission gave it (Kueue's
+        updateEntryPenalty on SumTotalRequests), as admission prices it."""
         fair = self._fair
         if fair is None:
             return
@@ -118,8 +120,16 @@ class QueueBook:
         self._sample_before(lq, at_s, now=pushed or bool(others))
         book, local_queue = self._usage, "/".join(lq)
         if field in ("quota_reserved", "admitted") and wl.state in ("reserving", "admitted"):
-            held = wl.held(reclaimable=self._reclaimable_pods)
-            book.start(key, local_queue, held, at_s=at_s, config=fair, penalized=usage_based)
+            gate = self._reclaimable_pods
+            book.start(
+                key,
+                local_queue,
+                wl.held(reclaimable=gate),
+                at_s=at_s,
+                config=fair,
+                penalized=usage_based,
+                requested=wl.requested(reclaimable=gate),
+            )
         elif field in (EVICTION_COMPLETED, "finished", "deleted"):
             book.stop(key, at_s=at_s, config=fair)
             if field != EVICTION_COMPLETED:

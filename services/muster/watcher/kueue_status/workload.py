@@ -16,7 +16,7 @@ from muster.contracts.v1 import events_pb2 as pb
 from muster.core.conditions import (
     Said,
 )
-from muster.core.reclaim import NONE, reclaimed_usage
+from muster.core.reclaim import NONE, reclaimed_usage, requested_usage
 from muster.watcher.kueue_status.fields import FlavorResource, kueue_condition, milli_of
 
 # Conditions in the order `kubectl describe` lists them.
@@ -126,6 +126,13 @@ class WorkloadRecord:
         if not reclaimable or not self.reclaimed:
             return self.usage
         return reclaimed_usage(self.assigned, self.pod_sets, self.reclaimed)
+
+    def requested(self, *, reclaimable: bool) -> Mapping[FlavorResource, int]:
+        """What it asks for in full in its admission's flavors (its pods less its reclaimable
+        ones, with the gate), however few a partial admission gave it: what its entry penalty
+        is priced on, as admission prices it (`core.reclaim.requested_usage`)."""
+        reclaimed = self.reclaimed if reclaimable else NONE
+        return requested_usage(self.assigned, self.pod_sets, reclaimed)
 
     def status(self) -> dict[str, Any]:
         conditions = [self.conditions[t] for t in _CONDITION_ORDER if t in self.conditions]
