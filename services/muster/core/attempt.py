@@ -2,8 +2,10 @@
 
 Kueue's getInitialAssignments: the full assignment if it fits; if it fits only by preempting,
 the victims that make room; otherwise the largest partial admission (`minCount`) that fits, at
-once or after preemption. The flavor search simulates preemption per flavor (Kueue's
-preemption oracle), so a flavor where nothing can be preempted is not taken for one that can.
+once or after preemption; if none does, the full assignment, short of what the smallest one
+lacks (the head is retried once that is released). The flavor search simulates preemption per
+flavor (Kueue's preemption oracle), so a flavor where nothing can be preempted is not taken for
+one that can.
 Reads the quota tree and the records; every tentative change is undone before returning.
 """
 
@@ -12,10 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
+import msgspec
+
 from muster.api.model import Workload, WorkloadKey
 from muster.core.config import Configuration
 from muster.core.flavors import Assignment, Fit, Mode, Rating, assign_flavors
-from muster.core.partial import reduce_counts
+from muster.core.partial import least_counts, reduce_counts
 from muster.core.preemption import PreemptionRequest, TreeView, Victims, pick_victims
 from muster.core.quota import FlavorResource, borrowing_level
 from muster.core.reclaim import counts_after_reclaim, partial_counts
@@ -85,9 +89,10 @@ class Attempts:
             if victims is not None:
                 return Attempt(full, victims)
         if self.config.partial_admission:
+            tried: dict[tuple[int, ...], Assignment] = {}
 
             def admit(counts: list[int]) -> Attempt | None:
-                a = self.assign(r, counts)
+                a = tried[tuple(counts)] = self.assign(r, counts)
                 if a.mode is Mode.FIT:
                     return Attempt(a, None)
                 victims = self.victims(r, a) if a.mode is Mode.PREEMPT else None
@@ -96,6 +101,12 @@ class Attempts:
             reduced = reduce_counts(r.wl.pod_sets, admit)
             if reduced is not None:
                 return reduced
+            if tried:  # it may be partially admitted: it reports its full request (as Kueue)
+                # but is worth a retry once what its minCounts lack is released, not what the
+                # full request lacks: that may never be released (over the queue's maximum).
+                least = tuple(least_counts(r.wl.pod_sets))
+                smallest = tried.get(least) or self.assign(r, least)
+                return Attempt(msgspec.structs.replace(full, shortages=smallest.shortages), None)
         return Attempt(full, None)
 
     def assign(self, r: WorkloadRecord, counts: Sequence[int] | None = None) -> Assignment:

@@ -10,6 +10,11 @@ from muster.api.model import PodSet
 T = TypeVar("T")
 
 
+def least_counts(pod_sets: Sequence[PodSet]) -> list[int]:
+    """Each podset's count at its `minCount` (its full count without one): the last step."""
+    return [ps.min_count if ps.min_count is not None else ps.count for ps in pod_sets]
+
+
 def reduce_counts(pod_sets: Sequence[PodSet], admit: Callable[[list[int]], T | None]) -> T | None:
     """The result of `admit` at the largest reduced counts it accepts, or None.
 
@@ -18,9 +23,7 @@ def reduce_counts(pod_sets: Sequence[PodSet], admit: Callable[[list[int]], T | N
     search (Go's sort.Search) finds the smallest step `admit` accepts, assuming that fewer pods
     never fit worse. `admit` may accept a count that fits only after preemption.
     """
-    deltas = [
-        ps.count - (ps.min_count if ps.min_count is not None else ps.count) for ps in pod_sets
-    ]
+    deltas = [ps.count - least for ps, least in zip(pod_sets, least_counts(pod_sets), strict=True)]
     total = sum(deltas)
     if total <= 0:
         return None
