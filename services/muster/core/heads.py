@@ -237,7 +237,7 @@ class Heads:
             if again.mode is Mode.FIT:
                 return again
             fresh = attempts.attempt(r)
-            if fresh.victims is None:
+            if fresh.victims is None or not fresh.victims.targets:  # nothing more to free
                 break
             a, victims = fresh.assignment, fresh.victims
         if fresh.assignment.mode is Mode.FIT:
