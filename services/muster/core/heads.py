@@ -9,6 +9,8 @@ compatibility.md).
 
 from __future__ import annotations
 
+import msgspec
+
 from muster.api.model import ReclaimWithinCohort
 from muster.core.attempt import Attempt
 from muster.core.conditions import NO_LONGER_FITS, PENDING_PREEMPTION, WAITING_FOR_VICTIMS
@@ -143,21 +145,34 @@ class Heads:
     def attempt(self, r: WorkloadRecord) -> Attempt:
         """Head `r`'s attempt. A preemptor holding quota for its victims keeps the need it
         preempted for: admitted with those pod counts as soon as they fit (as the simulator's
-        engine admits it at once when evicted quota is free at once, `_preempt_for`), and
+        engine admits it at once when evicted quota is free at once, `_preempt_for`), or with
+        the flavors it preempted for once those fit and a fresh attempt finds none (the flavor
+        search, from the first again, may put a podset where another no longer fits), and
         still waiting for them while a fresh attempt finds no fit now (work before it took
         quota it needs). Its victims may come back into whatever else is free meanwhile; a
         fresh attempt for more pods, or one given up and made again, would evict them a second
         time for the same need. It gives up only when those counts can never fit."""
-        counts = self.queueing.reserved_counts(r)
-        if counts is None:
+        reserved = self.queueing.reservation(r)
+        if reserved is None:
             return self.state.attempts.attempt(r)
-        held = self.state.attempts.assign(r, counts)
+        held = self.state.attempts.assign(r, reserved.counts)
         if held.mode is Mode.FIT:
             return Attempt(held, None)
         fresh = self.state.attempts.attempt(r)
+        if fresh.assignment.mode is not Mode.FIT and fresh.victims is None:
+            kept = reserved.assignment and self._fits_now(r, reserved.assignment)
+            if kept:
+                return Attempt(kept, None)
         if fresh.assignment.mode is Mode.NO_FIT and held.pending_reason in ("", _WAITING):
             return Attempt(held, None)  # waits, holding what it has
         return fresh
+
+    def _fits_now(self, r: WorkloadRecord, a: Assignment) -> Assignment | None:
+        """`a` (the flavors `r` preempted for) as a fit, if what it uses is free now."""
+        node = self.state.config.tree.cluster_queues[r.cluster_queue]
+        if all(node.available(fr) >= amount for fr, amount in a.usage.items()):
+            return msgspec.structs.replace(a, mode=Mode.FIT, message="", short=frozenset())
+        return None
 
     def _admit_head(
         self, cq: QueueRuntime, group: PendingGroup, r: WorkloadRecord, a: Assignment
@@ -190,8 +205,7 @@ class Heads:
         deferred: dict[FlavorResource, int] = {}
         state.deferred = deferred
         try:
-            self.lifecycle.preempt(r, victims)
-            again = state.attempts.assign(r, [ps.count for ps in a.pod_sets])
+            again = self._evict_until_settled(r, a, victims)
             if again.mode is Mode.FIT:
                 self._admit_head(cq, group, r, again)
                 for fr, amount in again.usage.items():
@@ -205,6 +219,30 @@ class Heads:
             if amount > 0:
                 for woken in tree.release(fr, amount):
                     self.queueing.retry(woken)
+
+    def _evict_until_settled(
+        self, r: WorkloadRecord, a: Assignment, victims: Victims
+    ) -> Assignment:
+        """Evict `victims` (their quota is free at once) and decide for `r` again, as the
+        services' engine does once they have stopped (`attempt`): its counts, with the flavors
+        searched from the first again (Kueue's next cycle: markPreemptionOutcome drops
+        LastAssignment), may land elsewhere and come up short. A fresh attempt that preempts
+        others evicts those in turn; one that cannot fit leaves `r` holding what its victims
+        freed, which the assignment it preempted for fits: it is admitted with that rather than
+        leave the quota to its victims and evict one of them again for the same need."""
+        attempts = self.state.attempts
+        while True:
+            self.lifecycle.preempt(r, victims)
+            again = attempts.assign(r, [ps.count for ps in a.pod_sets])
+            if again.mode is Mode.FIT:
+                return again
+            fresh = attempts.attempt(r)
+            if fresh.victims is None or not fresh.victims.targets:  # nothing more to free
+                break
+            a, victims = fresh.assignment, fresh.victims
+        if fresh.assignment.mode is Mode.FIT:
+            return fresh.assignment
+        return self._fits_now(r, a) or again
 
     def _await_victims(
         self,

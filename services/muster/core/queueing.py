@@ -284,14 +284,19 @@ class Queueing:
             node=node,
             usage=a.usage,
             counts=tuple(ps.count for ps in a.pod_sets),
+            assignment=a,
         )
 
-    def reserved_counts(self, r: WorkloadRecord) -> tuple[int, ...] | None:
-        """The pods per podset preemptor `r` holds quota for, None if it holds none."""
+    def reservation(self, r: WorkloadRecord) -> Reservation | None:
+        """What preemptor `r` holds quota for, None if it holds none."""
         if not self.state.reserving:
             return None
         queue = self.state.queues.get(r.cluster_queue)
-        held = queue.tree.reservations.get(r.key) if queue is not None else None
+        return queue.tree.reservations.get(r.key) if queue is not None else None
+
+    def reserved_counts(self, r: WorkloadRecord) -> tuple[int, ...] | None:
+        """The pods per podset preemptor `r` holds quota for, None if it holds none."""
+        held = self.reservation(r)
         return held.counts if held is not None else None
 
     def drop_reservation(

@@ -20,6 +20,7 @@ from muster.core.admission_fair_sharing import fair_key
 from muster.core.quota import FlavorResource, QuotaNode
 
 if TYPE_CHECKING:
+    from muster.core.flavors import Assignment
     from muster.core.records import WorkloadRecord
 
 OrderKey = tuple[int, float, int]  # (-priority, queue timestamp, arrival sequence)
@@ -54,6 +55,7 @@ class Reservation(NamedTuple):
     node: QuotaNode  # the preemptor's ClusterQueue
     usage: Mapping[FlavorResource, int]
     counts: tuple[int, ...] = ()  # the pods per podset it preempted for
+    assignment: Assignment | None = None  # the flavors it preempted for
 
 
 class Park(Enum):
