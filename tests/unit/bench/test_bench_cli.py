@@ -295,22 +295,19 @@ def test_gateway_rows_tell_what_refused_calls_cost(
     assert all(r["baseline_mib"] > 0 for r in rows)
 
 
-@pytest.mark.timeout(EVERY_SECTION_S)
 @pytest.mark.parametrize("manifest", ["yaml", "json"])
 def test_submit_rows_say_what_each_call_cost_and_store_one_event_per_call(
-    request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str], manifest: str
+    capsys: pytest.CaptureFixture[str], manifest: str
 ) -> None:
-    if manifest == "yaml":  # the default: the shared run's submit section, at TINY
-        status, rows = request.getfixturevalue("every_section")
-        rows = of(rows, "submit")
-    else:
-        status = muster(["bench", "submit", "--scale", TINY, "--manifest", manifest, "-o", "json"])
-        rows = json_rows(capsys.readouterr().out)
+    # Its own run at 30 calls, not the shared run's 10: ten calls' gateway CPU can read 0 ms
+    # (the process clock's tick), as a CI run did.
+    status = muster(["bench", "submit", "--scale", "0.005", "--manifest", manifest, "-o", "json"])
 
+    rows = json_rows(capsys.readouterr().out)
     assert status == 0
     assert [(r["calls"], r["in_flight"], r["stored"], r["manifest"]) for r in rows] == [
-        (10, 64, 10, manifest),  # 6 000 calls, scaled, at least 10
-        (10, 1, 10, manifest),
+        (30, 64, 30, manifest),
+        (30, 1, 30, manifest),
     ]
     assert all(r["gateway_ms"] > 0 and r["client_ms"] > 0 and r["calls_per_s"] > 0 for r in rows)
     # One call at a time: each call finds the gateway's gRPC thread asleep and wakes it. With 64
